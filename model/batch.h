@@ -1,0 +1,42 @@
+// Batch: many ranking requests assembled into jagged tensors (values +
+// offsets, no padding), exactly the layout of DESIGN.md's data flow.
+// R = num_requests. Every `*_offsets` vector has R+1 entries, starts at 0 and
+// is non-decreasing; len(r) = offsets[r+1] - offsets[r].
+#ifndef JAGRANK_MODEL_BATCH_H_
+#define JAGRANK_MODEL_BATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/status.h"
+
+namespace jagrank {
+
+struct Batch {
+  int num_requests = 0;                            // R
+  std::vector<float> dense;                        // [R, num_dense_features], row-major
+  // One entry per configured sparse feature, in config (interaction) order.
+  std::vector<std::vector<int64_t>> sparse_ids;    // [F][sum of lengths]
+  std::vector<std::vector<int32_t>> sparse_offsets;// [F][R+1]
+  // History already truncated to the most recent max_history_len ids, oldest first.
+  std::vector<int64_t> history_ids;                // [T]
+  std::vector<int32_t> history_offsets;            // [R+1]
+  std::vector<int64_t> candidate_ids;              // [C]
+  std::vector<int32_t> candidate_offsets;          // [R+1]
+
+  int64_t num_candidates() const { return candidate_ids.size(); }
+  int64_t num_history_tokens() const { return history_ids.size(); }
+
+  // Clears the batch for reuse, keeping capacity. `num_sparse_features`
+  // entries are kept in sparse_ids/sparse_offsets, each offsets = {0}.
+  void Reset(int num_sparse_features);
+};
+
+// Checks the batch's internal consistency against the model's shape (offset
+// arrays of R+1 non-decreasing entries ending at the value counts, dense size,
+// feature count). Names the bad field. Cheap: O(R * F).
+Status ValidateBatchShape(const Batch& batch, int num_dense_features, int num_sparse_features);
+
+}  // namespace jagrank
+
+#endif  // JAGRANK_MODEL_BATCH_H_
