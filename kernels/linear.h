@@ -1,0 +1,32 @@
+// Fully connected layer: y = x W^T + b, optionally followed by ReLU
+// (PyTorch Linear layout). CPU through OpenBLAS cblas_sgemm; CUDA launcher
+// (cuBLAS / cuBLASLt epilogues) in kernels/cuda_ops.h.
+#ifndef JAGRANK_KERNELS_LINEAR_H_
+#define JAGRANK_KERNELS_LINEAR_H_
+
+#include <cstdint>
+
+#include "kernels/status.h"
+
+namespace jagrank {
+
+struct LinearParams {
+  const float* x;            // [m, k], row-major
+  const float* weight;       // [n, k] (out_features, in_features)
+  const float* maybe_bias;   // optional [n]
+  bool relu;                 // apply max(0, .) after the bias
+  int m;                     // rows, >= 0 (m == 0 is a no-op)
+  int n;                     // out features, > 0
+  int k;                     // in features, > 0
+  float* y;                  // [m, n]; must not alias x
+};
+
+// CPU backend (OpenBLAS); InvalidArgument naming the field on bad input.
+Status LinearCpu(const LinearParams& params);
+
+// Plain loops, float accumulation: the oracle for LinearCpu and the CUDA path.
+Status LinearReferenceCpu(const LinearParams& params);
+
+}  // namespace jagrank
+
+#endif  // JAGRANK_KERNELS_LINEAR_H_
