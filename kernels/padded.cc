@@ -1,0 +1,133 @@
+#include "kernels/padded.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_common.h"
+#include "kernels/jagged.h"
+
+namespace jagrank {
+namespace {
+
+template <typename P>
+Status ValidateConversion(const P& p, const void* jagged, const char* jagged_field, const void* padded,
+                          const char* padded_field) {
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.batch, 0, "batch"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.max_len, 0, "max_len"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.width, 1, "width"));
+  RETURN_IF_ERROR(cpu::CheckDType(p.dtype, "dtype"));
+  RETURN_IF_ERROR(ValidateOffsets(p.offsets, p.batch, "offsets", -1, p.max_len));
+  if (p.offsets[p.batch] > 0) RETURN_IF_ERROR(cpu::CheckNotNull(jagged, jagged_field));
+  if (int64_t{p.batch} * p.max_len > 0) RETURN_IF_ERROR(cpu::CheckNotNull(padded, padded_field));
+  return Status::Ok();
+}
+
+// Checks 0 <= len[b] <= max_len for a [batch] length array.
+Status ValidateLengths(const int32_t* len, int batch, int max_len, const char* field) {
+  if (batch > 0) RETURN_IF_ERROR(cpu::CheckNotNull(len, field));
+  for (int b = 0; b < batch; ++b) {
+    if (len[b] < 0 || len[b] > max_len) {
+      return Status::InvalidArgument(std::string(field) + "[" + std::to_string(b) + "] = " + std::to_string(len[b]) +
+                                     ", must be in [0, " + std::to_string(max_len) + "]");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status JaggedToPaddedCpu(const JaggedToPaddedParams& params) {
+  const JaggedToPaddedParams& p = params;
+  RETURN_IF_ERROR(ValidateConversion(p, p.values, "values", p.padded, "padded"));
+  const size_t token_bytes = static_cast<size_t>(p.width) * DTypeSize(p.dtype);
+  const char* src = static_cast<const char*>(p.values);
+  char* dst = static_cast<char*>(p.padded);
+  for (int b = 0; b < p.batch; ++b) {
+    const size_t len = JaggedLen(p.offsets, b);
+    char* row = dst + static_cast<size_t>(b) * p.max_len * token_bytes;
+    if (len > 0) std::memcpy(row, src + static_cast<size_t>(p.offsets[b]) * token_bytes, len * token_bytes);
+    std::memset(row + len * token_bytes, 0, (p.max_len - len) * token_bytes);  // zero bits = 0.0 in both dtypes
+  }
+  return Status::Ok();
+}
+
+Status PaddedToJaggedCpu(const PaddedToJaggedParams& params) {
+  const PaddedToJaggedParams& p = params;
+  RETURN_IF_ERROR(ValidateConversion(p, p.values, "values", p.padded, "padded"));
+  const size_t token_bytes = static_cast<size_t>(p.width) * DTypeSize(p.dtype);
+  const char* src = static_cast<const char*>(p.padded);
+  char* dst = static_cast<char*>(p.values);
+  for (int b = 0; b < p.batch; ++b) {
+    const size_t len = JaggedLen(p.offsets, b);
+    if (len == 0) continue;
+    std::memcpy(dst + static_cast<size_t>(p.offsets[b]) * token_bytes,
+                src + static_cast<size_t>(b) * p.max_len * token_bytes, len * token_bytes);
+  }
+  return Status::Ok();
+}
+
+Status PaddedDenseAttentionCpu(const PaddedDenseAttentionParams& params) {
+  const PaddedDenseAttentionParams& p = params;
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.batch, 0, "batch"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.max_q_len, 0, "max_q_len"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.max_k_len, 0, "max_k_len"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.num_heads, 1, "num_heads"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.head_dim, 1, "head_dim"));
+  RETURN_IF_ERROR(cpu::CheckFloat32(p.dtype, "dtype"));
+  RETURN_IF_ERROR(ValidateLengths(p.q_len, p.batch, p.max_q_len, "q_len"));
+  RETURN_IF_ERROR(ValidateLengths(p.k_len, p.batch, p.max_k_len, "k_len"));
+  if (int64_t{p.batch} * p.max_q_len == 0) return Status::Ok();
+  RETURN_IF_ERROR(cpu::CheckNotNull(p.q, "q"));
+  RETURN_IF_ERROR(cpu::CheckNotNull(p.o, "o"));
+  if (p.max_k_len > 0) {
+    RETURN_IF_ERROR(cpu::CheckNotNull(p.k, "k"));
+    RETURN_IF_ERROR(cpu::CheckNotNull(p.v, "v"));
+  }
+
+  const int H = p.num_heads, dh = p.head_dim, Nq = p.max_q_len, Nk = p.max_k_len;
+  const int64_t token = int64_t{H} * dh;  // elements per token in q, k, v, o
+  const float* q = static_cast<const float*>(p.q);
+  const float* k = static_cast<const float*>(p.k);
+  const float* v = static_cast<const float*>(p.v);
+  float* o = static_cast<float*>(p.o);
+  std::vector<float> local_scores(p.workspace == nullptr ? Nk : 0);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < Nq; ++i) {
+        float* out = o + (int64_t{b} * Nq + i) * token + int64_t{h} * dh;
+        std::fill(out, out + dh, 0.0f);
+        if (i >= p.q_len[b] || p.k_len[b] == 0) continue;
+        float* s = p.workspace != nullptr ? p.workspace + ((int64_t{b} * H + h) * Nq + i) * Nk : local_scores.data();
+        const float* qi = q + (int64_t{b} * Nq + i) * token + int64_t{h} * dh;
+        for (int j = 0; j < Nk; ++j) {  // the full padded row, as the dense baseline does
+          const float* kj = k + (int64_t{b} * Nk + j) * token + int64_t{h} * dh;
+          float dot = 0.0f;
+          for (int x = 0; x < dh; ++x) dot += qi[x] * kj[x];
+          s[j] = dot * p.softmax_scale;
+        }
+        const int valid = p.k_len[b];
+        float row_max = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < valid; ++j) row_max = std::max(row_max, s[j]);
+        float sum = 0.0f;
+        for (int j = 0; j < valid; ++j) {
+          s[j] = std::exp(s[j] - row_max);
+          sum += s[j];
+        }
+        for (int j = valid; j < Nk; ++j) s[j] = 0.0f;  // masked keys
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < valid; ++j) {
+          const float w = s[j] * inv_sum;
+          const float* vj = v + (int64_t{b} * Nk + j) * token + int64_t{h} * dh;
+          for (int x = 0; x < dh; ++x) out[x] += w * vj[x];
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace jagrank
