@@ -5,10 +5,13 @@
 #ifndef JAGRANK_MODEL_BATCH_H_
 #define JAGRANK_MODEL_BATCH_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/status.h"
+#include "model/config.h"
 
 namespace jagrank {
 
@@ -36,6 +39,33 @@ struct Batch {
 // arrays of R+1 non-decreasing entries ending at the value counts, dense size,
 // feature count). Names the bad field. Cheap: O(R * F).
 Status ValidateBatchShape(const Batch& batch, int num_dense_features, int num_sparse_features);
+
+// A read-only view of one request's features, in the model's terms. The
+// pointers must stay valid during AppendRequestToBatch only (it copies).
+struct IdSpan {
+  const int64_t* data = nullptr;
+  size_t size = 0;
+};
+struct RequestFeatures {
+  const float* dense = nullptr;   // [num_dense], must equal the config's num_dense_features
+  size_t num_dense = 0;
+  // One entry per configured sparse feature, in config order; an absent
+  // feature is an empty span. Fewer entries than features = the rest absent.
+  std::vector<IdSpan> sparse;
+  IdSpan history;                 // oldest first, any length (truncated here)
+  IdSpan candidates;              // 1..: the items to score
+};
+
+// Index of the sparse feature called `name` in config order, or -1.
+int SparseFeatureIndex(const ModelConfig& config, const std::string& name);
+
+// Appends one request as the next row r = batch->num_requests: copies its
+// dense values, sparse ids, the most recent min(len, max_history_len) history
+// ids (oldest first) and its candidates. On error (wrong dense count, more
+// sparse entries than features, no candidates) the batch is left unchanged
+// and the message names the field. REQUIRES: batch was Reset(F) for this
+// config (or built by earlier appends).
+Status AppendRequestToBatch(const ModelConfig& config, const RequestFeatures& request, Batch* batch);
 
 }  // namespace jagrank
 

@@ -42,6 +42,10 @@ Status LoadModelConfig(const std::string& path, ModelConfig* out);
 // Writes `config` as YAML that ParseModelConfig reads back to an equal config.
 std::string ModelConfigToYaml(const ModelConfig& config);
 
+// config/model.yaml as embedded at build time, and that text parsed.
+const char* DefaultModelConfigYaml();
+Status DefaultModelConfig(ModelConfig* out);
+
 }  // namespace jagrank
 
 #endif  // JAGRANK_MODEL_CONFIG_H_
