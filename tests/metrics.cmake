@@ -1,0 +1,20 @@
+# Metrics, status page and deployment tests (owner: metrics/deploy).
+# Included from tests/CMakeLists.txt.
+
+# The metrics implementation: from jagrank_server once it carries it
+# (server/metrics_sources.cmake), compiled into the test otherwise.
+function(jagrank_metrics_test name)
+  jagrank_add_test(NAME ${name} SOURCES ${ARGN} LIBS nlohmann_json::nlohmann_json ZLIB::ZLIB TIMEOUT 120)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  if(TARGET jagrank_server)
+    target_link_libraries(${name} PRIVATE jagrank_server)
+  else()
+    jagrank_add_metrics_sources(${name})
+  endif()
+endfunction()
+
+if(NOT COMMAND jagrank_add_metrics_sources)
+  include(${PROJECT_SOURCE_DIR}/server/metrics_sources.cmake)
+endif()
+
+jagrank_metrics_test(metrics_prometheus_test metrics_prometheus_test.cc)

@@ -1,0 +1,188 @@
+// PrometheusMetrics fed known events, scraped over HTTP from its own exposer:
+// counts, histogram buckets and gauges must be exactly what was fed, every
+// DESIGN.md name present, and the status page served at "/".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/prometheus_metrics.h"
+#include "tests/metrics_http.h"
+
+namespace jagrank {
+namespace {
+
+using metrics_test::BucketCount;
+using metrics_test::HttpGet;
+using metrics_test::ParseExposition;
+using metrics_test::Sample;
+using metrics_test::Value;
+
+std::unique_ptr<PrometheusMetrics> StartMetrics() {
+  std::unique_ptr<PrometheusMetrics> metrics;
+  const Status s = PrometheusMetrics::Create("127.0.0.1:0", &metrics);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return metrics;
+}
+
+std::vector<Sample> Scrape(int port) {
+  const metrics_test::HttpResponse r = HttpGet(port, "/metrics");
+  EXPECT_EQ(r.status, 200) << r.headers;
+  return ParseExposition(r.body);
+}
+
+TEST(PrometheusMetricsTest, BindsAnEphemeralPortAndServesEveryDesignName) {
+  auto metrics = StartMetrics();
+  ASSERT_NE(metrics, nullptr);
+  ASSERT_GT(metrics->port(), 0);
+  const std::vector<Sample> samples = Scrape(metrics->port());
+  const std::set<std::string> names = metrics_test::FamilyNames(samples);
+  for (const std::string& name : metrics_test::DesignMetricNames()) {
+    EXPECT_TRUE(names.count(name)) << name << " missing from /metrics";
+  }
+  // Known codes exist at zero before any traffic, so rate() sees them.
+  EXPECT_EQ(Value(samples, "jagrank_requests_total", {{"code", "OK"}}), 0);
+  EXPECT_EQ(Value(samples, "jagrank_rejections_total", {{"reason", "queue_full"}}), 0);
+}
+
+TEST(PrometheusMetricsTest, ReportsExactlyTheEventsFed) {
+  auto metrics = StartMetrics();
+  ASSERT_NE(metrics, nullptr);
+  for (int i = 0; i < 7; ++i) metrics->OnRequestDone("OK", 3, 0.0004);
+  for (int i = 0; i < 2; ++i) metrics->OnRequestDone("INVALID_ARGUMENT", 0, 0.00002);
+  metrics->OnRequestDone("ABORTED", 0, 2.0);  // a code not pre-registered
+  for (int i = 0; i < 3; ++i) metrics->OnRejected("queue_full");
+  metrics->OnRejected("novel_reason");
+  metrics->OnQueueLatency(0.003);
+  metrics->OnQueueLatency(0.003);
+  BatchStats batch;
+  batch.requests = 4;
+  batch.candidates = 12;
+  batch.history_tokens = 100;
+  batch.padded_history_tokens = 160;
+  batch.assemble_seconds = 0.0001;
+  batch.compute_seconds = 0.002;
+  metrics->OnBatch(batch);
+  batch.requests = 3;
+  batch.candidates = 9;
+  metrics->OnBatch(batch);
+  metrics->SetQueueDepth(5);
+  metrics->SetInflight(2);
+  ModelMemory memory;
+  memory.weights_bytes = 1000;
+  memory.device_used_bytes = 5000;
+  memory.device_total_bytes = 10000;
+  memory.workspace_peak_bytes = 300;
+  memory.padding_saved_bytes = 640;
+  metrics->SetMemory(memory);
+  memory.device_used_bytes = 4000;   // peak must stay at 5000
+  memory.padding_saved_bytes = 1000;  // cumulative: the counter adds 360
+  metrics->SetMemory(memory);
+
+  const std::vector<Sample> s = Scrape(metrics->port());
+  EXPECT_EQ(Value(s, "jagrank_requests_total", {{"code", "OK"}}), 7);
+  EXPECT_EQ(Value(s, "jagrank_requests_total", {{"code", "INVALID_ARGUMENT"}}), 2);
+  EXPECT_EQ(Value(s, "jagrank_requests_total", {{"code", "ABORTED"}}), 1);
+  EXPECT_EQ(metrics_test::SumOf(s, "jagrank_requests_total"), 10);
+  EXPECT_EQ(Value(s, "jagrank_candidates_total"), 21);
+  EXPECT_EQ(Value(s, "jagrank_rejections_total", {{"reason", "queue_full"}}), 3);
+  EXPECT_EQ(Value(s, "jagrank_rejections_total", {{"reason", "novel_reason"}}), 1);
+
+  // Latency buckets resolve sub-millisecond: 20 us, 400 us and 2 s land apart.
+  EXPECT_EQ(Value(s, "jagrank_request_latency_seconds_count"), 10);
+  EXPECT_NEAR(Value(s, "jagrank_request_latency_seconds_sum"), 7 * 0.0004 + 2 * 0.00002 + 2.0, 1e-9);
+  EXPECT_EQ(BucketCount(s, "jagrank_request_latency_seconds", 25e-6), 2);
+  EXPECT_EQ(BucketCount(s, "jagrank_request_latency_seconds", 250e-6), 2);
+  EXPECT_EQ(BucketCount(s, "jagrank_request_latency_seconds", 500e-6), 9);
+  EXPECT_EQ(BucketCount(s, "jagrank_request_latency_seconds", 1.0), 9);
+  EXPECT_EQ(BucketCount(s, "jagrank_request_latency_seconds", 2.5), 10);
+  EXPECT_EQ(BucketCount(s, "jagrank_request_latency_seconds", INFINITY), 10);
+  EXPECT_EQ(Value(s, "jagrank_queue_latency_seconds_count"), 2);
+  EXPECT_EQ(BucketCount(s, "jagrank_queue_latency_seconds", 2.5e-3), 0);
+  EXPECT_EQ(BucketCount(s, "jagrank_queue_latency_seconds", 5e-3), 2);
+
+  EXPECT_EQ(Value(s, "jagrank_batches_total"), 2);
+  EXPECT_EQ(Value(s, "jagrank_batch_requests_count"), 2);
+  EXPECT_EQ(Value(s, "jagrank_batch_requests_sum"), 7);
+  EXPECT_EQ(BucketCount(s, "jagrank_batch_requests", 2), 0);
+  EXPECT_EQ(BucketCount(s, "jagrank_batch_requests", 4), 2);
+  EXPECT_EQ(Value(s, "jagrank_batch_candidates_sum"), 21);
+  EXPECT_EQ(Value(s, "jagrank_batch_history_tokens_sum"), 200);
+  EXPECT_EQ(Value(s, "jagrank_batch_padded_history_tokens_sum"), 320);
+  EXPECT_EQ(Value(s, "jagrank_compute_latency_seconds_count"), 2);
+  EXPECT_NEAR(Value(s, "jagrank_compute_latency_seconds_sum"), 0.004, 1e-12);
+  EXPECT_NEAR(Value(s, "jagrank_batch_assemble_seconds_sum"), 0.0002, 1e-12);
+
+  EXPECT_EQ(Value(s, "jagrank_queue_depth"), 5);
+  EXPECT_EQ(Value(s, "jagrank_inflight_requests"), 2);
+  EXPECT_EQ(Value(s, "jagrank_model_weights_bytes"), 1000);
+  EXPECT_EQ(Value(s, "jagrank_device_memory_used_bytes"), 4000);
+  EXPECT_EQ(Value(s, "jagrank_device_memory_total_bytes"), 10000);
+  EXPECT_EQ(Value(s, "jagrank_device_memory_peak_bytes"), 5000);
+  EXPECT_EQ(Value(s, "jagrank_workspace_peak_bytes"), 300);
+  EXPECT_EQ(Value(s, "jagrank_padding_saved_bytes_total"), 1000);
+  // RSS is read from /proc at scrape time: a live process holds megabytes.
+  EXPECT_GT(Value(s, "jagrank_process_resident_memory_bytes"), 1 << 20);
+}
+
+TEST(PrometheusMetricsTest, ConcurrentEventsAreAllCounted) {
+  auto metrics = StartMetrics();
+  ASSERT_NE(metrics, nullptr);
+  constexpr int kThreads = 4, kPerThread = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&metrics, t] {
+      const std::string code = t % 2 == 0 ? "OK" : "code_" + std::to_string(t);
+      for (int i = 0; i < kPerThread; ++i) {
+        metrics->OnRequestDone(code, 2, 0.001);
+        metrics->OnRejected("reason_" + std::to_string(i % 3));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::vector<Sample> s = Scrape(metrics->port());
+  EXPECT_EQ(metrics_test::SumOf(s, "jagrank_requests_total"), kThreads * kPerThread);
+  EXPECT_EQ(Value(s, "jagrank_requests_total", {{"code", "OK"}}), 2 * kPerThread);
+  EXPECT_EQ(Value(s, "jagrank_candidates_total"), 2.0 * kThreads * kPerThread);
+  EXPECT_EQ(metrics_test::SumOf(s, "jagrank_rejections_total"), kThreads * kPerThread);
+  EXPECT_EQ(Value(s, "jagrank_request_latency_seconds_count"), kThreads * kPerThread);
+}
+
+TEST(PrometheusMetricsTest, ServesTheSelfContainedStatusPageAtRoot) {
+  auto metrics = StartMetrics();
+  ASSERT_NE(metrics, nullptr);
+  const metrics_test::HttpResponse page = HttpGet(metrics->port(), "/");
+  ASSERT_EQ(page.status, 200) << page.headers;
+  EXPECT_NE(page.headers.find("text/html"), std::string::npos) << page.headers;
+  EXPECT_NE(page.body.find("<canvas id=\"qps\""), std::string::npos);
+  EXPECT_NE(page.body.find("<canvas id=\"p99\""), std::string::npos);
+  EXPECT_NE(page.body.find("<canvas id=\"mem\""), std::string::npos);
+  EXPECT_NE(page.body.find("fetch(\"metrics\""), std::string::npos);
+  // No CDN: nothing is loaded from another origin.
+  EXPECT_EQ(page.body.find("http://"), std::string::npos);
+  EXPECT_EQ(page.body.find("https://"), std::string::npos);
+  EXPECT_EQ(page.body.find("src="), std::string::npos);
+  EXPECT_EQ(HttpGet(metrics->port(), "/index.html").status, 200);
+  // The page handler leaves /metrics to the exposer.
+  const metrics_test::HttpResponse m = HttpGet(metrics->port(), "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("jagrank_requests_total"), std::string::npos);
+  EXPECT_EQ(HttpGet(metrics->port(), "/nope").status, 404);
+}
+
+TEST(PrometheusMetricsTest, BusyAddressIsAClearError) {
+  auto first = StartMetrics();
+  ASSERT_NE(first, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(first->port());
+  std::unique_ptr<PrometheusMetrics> second;
+  const Status s = PrometheusMetrics::Create(address, &second);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(address), std::string::npos) << s.ToString();
+  EXPECT_EQ(second, nullptr);
+}
+
+}  // namespace
+}  // namespace jagrank
