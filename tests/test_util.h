@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "kernels/status.h"
 
 namespace jagrank {
 namespace testing {
@@ -81,6 +84,11 @@ inline double RelativeError(const std::vector<float>& a, const std::vector<float
 // Number of non-finite values (poison left behind, NaN, Inf).
 inline int64_t CountNonFinite(const std::vector<float>& v) {
   return std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+}
+
+// True when `status` is InvalidArgument and its message names `field`.
+inline bool IsInvalidArgumentNaming(const Status& status, const std::string& field) {
+  return status.code() == Status::Code::kInvalidArgument && status.message().find(field) != std::string::npos;
 }
 
 }  // namespace testing

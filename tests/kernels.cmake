@@ -1,0 +1,3 @@
+# CPU kernel tests (owner: kernels CPU). Each is a plain-loop / double
+# reference check on random jagged batches plus bad-argument cases.
+jagrank_add_test(NAME kernels_embedding_test SOURCES kernels_embedding_test.cc LIBS jagrank_kernels TIMEOUT 120)
