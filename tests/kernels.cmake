@@ -1,3 +1,4 @@
 # CPU kernel tests (owner: kernels CPU). Each is a plain-loop / double
 # reference check on random jagged batches plus bad-argument cases.
 jagrank_add_test(NAME kernels_embedding_test SOURCES kernels_embedding_test.cc LIBS jagrank_kernels TIMEOUT 120)
+jagrank_add_test(NAME kernels_attention_test SOURCES kernels_attention_test.cc LIBS jagrank_kernels TIMEOUT 120)
