@@ -1,0 +1,88 @@
+// LinearCpu (OpenBLAS) and LinearReferenceCpu against a double reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "kernels/linear.h"
+#include "tests/test_util.h"
+
+namespace jagrank {
+namespace {
+
+using testing::IsInvalidArgumentNaming;
+
+TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
+  std::mt19937_64 rng(30);
+  for (int m : {1, 7, 300}) {
+    for (const auto& nk : {std::pair<int, int>{1, 13}, {64, 256}, {512, 71}}) {
+      const int n = nk.first, k = nk.second;
+      const auto x = testing::RandomFloats(rng, static_cast<size_t>(m) * k);
+      const auto w = testing::RandomFloats(rng, static_cast<size_t>(n) * k);
+      const auto bias = testing::RandomFloats(rng, n);
+      for (bool use_bias : {false, true}) {
+        for (bool relu : {false, true}) {
+          std::vector<double> ref(static_cast<size_t>(m) * n);
+          for (int r = 0; r < m; ++r) {
+            for (int c = 0; c < n; ++c) {
+              double acc = use_bias ? bias[c] : 0.0;
+              for (int i = 0; i < k; ++i) acc += double{x[r * k + i]} * w[c * k + i];
+              ref[r * n + c] = relu ? std::max(acc, 0.0) : acc;
+            }
+          }
+          for (auto fn : {LinearCpu, LinearReferenceCpu}) {
+            std::vector<float> y(ref.size());
+            testing::FillPoison(y);
+            LinearParams p = {};
+            p.x = x.data();
+            p.weight = w.data();
+            p.maybe_bias = use_bias ? bias.data() : nullptr;
+            p.relu = relu;
+            p.m = m;
+            p.n = n;
+            p.k = k;
+            p.y = y.data();
+            ASSERT_TRUE(fn(p).ok());
+            EXPECT_EQ(testing::CountNonFinite(y), 0);
+            EXPECT_LT(testing::RelativeError(y, ref), 1e-5) << m << "x" << n << "x" << k;
+            if (relu) {
+              EXPECT_GE(*std::min_element(y.begin(), y.end()), 0.0f);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearCpuTest, RejectsBadArguments) {
+  std::vector<float> x(4 * 3), w(2 * 3), y(4 * 2);
+  LinearParams p = {};
+  p.x = x.data();
+  p.weight = w.data();
+  p.m = 4;
+  p.n = 2;
+  p.k = 3;
+  p.y = y.data();
+  ASSERT_TRUE(LinearCpu(p).ok());
+  LinearParams bad = p;
+  bad.k = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCpu(bad), "k"));
+  bad = p;
+  bad.m = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCpu(bad), "m"));
+  bad = p;
+  bad.weight = nullptr;
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCpu(bad), "weight"));
+  bad = p;
+  bad.y = x.data();
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCpu(bad), "y"));
+  bad = p;
+  bad.m = 0;
+  bad.x = nullptr;  // nothing to compute
+  EXPECT_TRUE(LinearCpu(bad).ok());
+}
+
+}  // namespace
+}  // namespace jagrank
