@@ -1,0 +1,173 @@
+// Jagged <-> padded conversions and PaddedDenseAttentionCpu: the padded
+// baseline must give the jagged answer (checked against a double reference)
+// and zeros in every padded output row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/padded.h"
+#include "tests/test_util.h"
+
+namespace jagrank {
+namespace {
+
+using testing::IsInvalidArgumentNaming;
+
+TEST(JaggedPaddedTest, RoundTripZeroPadsBothDtypes) {
+  std::mt19937_64 rng(40);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int batch : {1, 19}) {
+      const int max_len = 33, width = 6;
+      const auto offsets = testing::OffsetsFromLengths(testing::RandomLengths(rng, batch, max_len));
+      const size_t elem = DTypeSize(dtype);
+      // Random bytes are fine: the conversions move elements, they never read them.
+      std::vector<uint8_t> values(offsets.back() * width * elem);
+      for (auto& byte : values) byte = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> padded(static_cast<size_t>(batch) * max_len * width * elem, 0xAB);
+      JaggedToPaddedParams to = {};
+      to.values = values.data();
+      to.offsets = offsets.data();
+      to.batch = batch;
+      to.max_len = max_len;
+      to.width = width;
+      to.dtype = dtype;
+      to.padded = padded.data();
+      ASSERT_TRUE(JaggedToPaddedCpu(to).ok());
+      for (int b = 0; b < batch; ++b) {
+        const int len = offsets[b + 1] - offsets[b];
+        for (int i = 0; i < max_len; ++i) {
+          for (size_t byte = 0; byte < width * elem; ++byte) {
+            const uint8_t got = padded[((static_cast<size_t>(b) * max_len + i) * width) * elem + byte];
+            const uint8_t want = i < len ? values[(static_cast<size_t>(offsets[b] + i) * width) * elem + byte] : 0;
+            ASSERT_EQ(got, want) << "b " << b << " i " << i;
+          }
+        }
+      }
+      std::vector<uint8_t> back(values.size(), 0xCD);
+      PaddedToJaggedParams from = {};
+      from.padded = padded.data();
+      from.offsets = offsets.data();
+      from.batch = batch;
+      from.max_len = max_len;
+      from.width = width;
+      from.dtype = dtype;
+      from.values = back.data();
+      ASSERT_TRUE(PaddedToJaggedCpu(from).ok());
+      EXPECT_EQ(back, values);
+    }
+  }
+}
+
+TEST(JaggedPaddedTest, RejectsSequenceLongerThanMaxLen) {
+  const std::vector<int32_t> offsets = {0, 5};
+  std::vector<float> values(5), padded(4);
+  JaggedToPaddedParams p = {};
+  p.values = values.data();
+  p.offsets = offsets.data();
+  p.batch = 1;
+  p.max_len = 4;
+  p.width = 1;
+  p.dtype = DType::kFloat32;
+  p.padded = padded.data();
+  EXPECT_TRUE(IsInvalidArgumentNaming(JaggedToPaddedCpu(p), "offsets"));
+  p.max_len = 5;
+  p.width = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(JaggedToPaddedCpu(p), "width"));
+  p.width = 1;
+  p.padded = nullptr;
+  EXPECT_TRUE(IsInvalidArgumentNaming(JaggedToPaddedCpu(p), "padded"));
+}
+
+// Self-attention over random jagged lengths, run padded: expected output from
+// a double softmax over each sequence's true keys.
+TEST(PaddedDenseAttentionCpuTest, MatchesJaggedMathAndZeroesPadding) {
+  std::mt19937_64 rng(41);
+  const int batch = 11, heads = 2, dh = 32, n = 70;
+  const auto lengths = testing::RandomLengths(rng, batch, n);
+  const int64_t token = heads * dh;
+  const size_t padded_size = static_cast<size_t>(batch) * n * token;
+  auto q = testing::RandomFloats(rng, padded_size, -2.0f, 2.0f);
+  auto k = testing::RandomFloats(rng, padded_size, -2.0f, 2.0f);
+  auto v = testing::RandomFloats(rng, padded_size);
+  for (int b = 0; b < batch; ++b) {  // padding holds garbage: the mask must make it irrelevant
+    for (int i = lengths[b]; i < n; ++i) {
+      for (int64_t x = 0; x < token; ++x) k[(b * n + i) * token + x] = v[(b * n + i) * token + x] = 1e3f;
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  std::vector<double> ref(padded_size, 0.0);
+  for (int b = 0; b < batch; ++b) {
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < lengths[b]; ++i) {
+        std::vector<double> s(lengths[b]);
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j < lengths[b]; ++j) {
+          double dot = 0.0;
+          for (int x = 0; x < dh; ++x) dot += double{q[(b * n + i) * token + h * dh + x]} * k[(b * n + j) * token + h * dh + x];
+          s[j] = dot * scale;
+          m = std::max(m, s[j]);
+        }
+        for (double& e : s) sum += (e = std::exp(e - m));
+        for (int j = 0; j < lengths[b]; ++j) {
+          for (int x = 0; x < dh; ++x) ref[(b * n + i) * token + h * dh + x] += s[j] / sum * v[(b * n + j) * token + h * dh + x];
+        }
+      }
+    }
+  }
+  PaddedDenseAttentionParams p = {};
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.q_len = lengths.data();
+  p.k_len = lengths.data();
+  p.batch = batch;
+  p.max_q_len = n;
+  p.max_k_len = n;
+  p.num_heads = heads;
+  p.head_dim = dh;
+  p.softmax_scale = scale;
+  p.dtype = DType::kFloat32;
+  std::vector<float> workspace(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float));
+  EXPECT_EQ(workspace.size(), static_cast<size_t>(batch) * heads * n * n);
+  for (bool with_workspace : {false, true}) {
+    std::vector<float> o(padded_size);
+    testing::FillPoison(o);
+    p.o = o.data();
+    p.workspace = with_workspace ? workspace.data() : nullptr;
+    ASSERT_TRUE(PaddedDenseAttentionCpu(p).ok());
+    EXPECT_EQ(testing::CountNonFinite(o), 0);
+    EXPECT_LT(testing::RelativeError(o, ref), 1e-5);
+  }
+}
+
+TEST(PaddedDenseAttentionCpuTest, RejectsBadArguments) {
+  std::vector<float> q(2 * 4 * 8), o(q.size());
+  const std::vector<int32_t> len = {4, 5};  // 5 > max
+  PaddedDenseAttentionParams p = {};
+  p.q = p.k = p.v = q.data();
+  p.o = o.data();
+  p.q_len = len.data();
+  p.k_len = len.data();
+  p.batch = 2;
+  p.max_q_len = p.max_k_len = 4;
+  p.num_heads = 1;
+  p.head_dim = 8;
+  p.softmax_scale = 1.0f;
+  p.dtype = DType::kFloat32;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "q_len"));
+  p.max_q_len = 5;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "k_len"));
+  p.max_q_len = 4;
+  p.dtype = DType::kBFloat16;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "dtype"));
+  p.dtype = DType::kFloat32;
+  p.num_heads = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "num_heads"));
+}
+
+}  // namespace
+}  // namespace jagrank
