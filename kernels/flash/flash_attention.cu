@@ -1,0 +1,85 @@
+// JaggedAttentionCuda: argument checks, then the (dtype, head_dim) dispatch
+// to one of the compiled launchers.
+#include "kernels/flash/flash_attention.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/flash/flash_dispatch.h"
+#include "kernels/flash/flash_launch.h"
+
+namespace jagrank {
+namespace {
+
+Status CheckStride(int64_t stride, const char* field, const AttentionParams& params) {
+  const int64_t needed = static_cast<int64_t>(params.num_heads) * params.head_dim;
+  if (stride < needed) {
+    return Status::InvalidArgument(std::string(field) + " " + std::to_string(stride) +
+                                   " is below num_heads * head_dim = " + std::to_string(needed));
+  }
+  // bf16 tiles move in 16-byte cp.async chunks: rows must start 16-byte aligned.
+  if (params.dtype == DType::kBFloat16 && stride % 8 != 0) {
+    return Status::InvalidArgument(std::string(field) + " " + std::to_string(stride) +
+                                   " must be a multiple of 8 elements for bfloat16 (16-byte rows)");
+  }
+  return Status::Ok();
+}
+
+Status CheckPointer(const void* ptr, const char* field, const AttentionParams& params) {
+  if (ptr == nullptr) return Status::InvalidArgument(std::string(field) + " is null");
+  if (params.dtype == DType::kBFloat16 && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+    return Status::InvalidArgument(std::string(field) + " must be 16-byte aligned for bfloat16");
+  }
+  return Status::Ok();
+}
+
+Status ValidateParams(const AttentionParams& params) {
+  if (params.batch < 0) return Status::InvalidArgument("batch " + std::to_string(params.batch) + " < 0");
+  if (params.num_heads < 1) {
+    return Status::InvalidArgument("num_heads " + std::to_string(params.num_heads) + " < 1");
+  }
+  if (params.max_q_len < 0 || params.max_k_len < 0) {
+    return Status::InvalidArgument("max_q_len / max_k_len must be >= 0");
+  }
+  if (!(params.softmax_scale >= 0.f) || !std::isfinite(params.softmax_scale)) {
+    return Status::InvalidArgument("softmax_scale must be finite and >= 0 for the CUDA attention");
+  }
+  if (params.batch == 0) return Status::Ok();
+  if (params.q_offsets == nullptr) return Status::InvalidArgument("q_offsets is null");
+  if (params.k_offsets == nullptr) return Status::InvalidArgument("k_offsets is null");
+  RETURN_IF_ERROR(CheckPointer(params.q, "q", params));
+  RETURN_IF_ERROR(CheckPointer(params.k, "k", params));
+  RETURN_IF_ERROR(CheckPointer(params.v, "v", params));
+  RETURN_IF_ERROR(CheckPointer(params.o, "o", params));
+  RETURN_IF_ERROR(CheckStride(params.q_row_stride, "q_row_stride", params));
+  RETURN_IF_ERROR(CheckStride(params.k_row_stride, "k_row_stride", params));
+  RETURN_IF_ERROR(CheckStride(params.v_row_stride, "v_row_stride", params));
+  RETURN_IF_ERROR(CheckStride(params.o_row_stride, "o_row_stride", params));
+  if (static_cast<int64_t>(params.batch) * params.num_heads > INT32_MAX) {
+    return Status::InvalidArgument("batch * num_heads exceeds the CUDA grid (2^31 - 1)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status JaggedAttentionCuda(const AttentionParams& params, cudaStream_t stream) {
+  // The head dim is checked first so that an unsupported one reads as such
+  // even when other fields are also off.
+  RETURN_IF_ERROR(DispatchHeadDim(params.head_dim, [](auto) { return Status::Ok(); }));
+  RETURN_IF_ERROR(ValidateParams(params));
+  if (params.batch == 0 || params.max_q_len == 0) return Status::Ok();
+  return DispatchDType(params.dtype, [&](auto dtype) {
+    return DispatchHeadDim(params.head_dim, [&](auto head_dim) {
+      constexpr int kHeadDim = decltype(head_dim)::value;
+      if constexpr (decltype(dtype)::value == DType::kBFloat16) {
+        return flash::LaunchFlashBf16<kHeadDim>(params, stream);
+      } else {
+        return flash::LaunchFlashFp32<kHeadDim>(params, stream);
+      }
+    });
+  });
+}
+
+}  // namespace jagrank

@@ -1,0 +1,8 @@
+// One instantiation per file keeps the 2-core build parallel and incremental.
+#include "kernels/flash/flash_launch.cuh"
+
+namespace jagrank {
+namespace flash {
+template Status LaunchFlashBf16<32>(const AttentionParams&, cudaStream_t);
+}  // namespace flash
+}  // namespace jagrank
