@@ -46,7 +46,9 @@ class Model {
   virtual ~Model() = default;
 
   // Builds the model on options.device. `weights` is consumed (moved onto
-  // the device / into the CPU backend). Errors name the bad input.
+  // the device / into the CPU backend); empty weights (a default-constructed
+  // ModelWeights) mean the deterministic random model of config.seed
+  // (MakeRandomWeights). Errors name the bad input.
   static Status Create(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,
                        std::unique_ptr<Model>* out);
 
