@@ -1,0 +1,851 @@
+// CUDA launchers of kernels/cuda_ops.h (and the C ABI of kernels/jagrank_c.h)
+// against the CPU functions of kernels/*.h on random jagged batches whose
+// lengths include 0, 1 and long ones. Every device output is poisoned first
+// (0xFF bytes: NaN in fp32 and bf16) so that an element a kernel forgets to
+// write shows up as a non-finite value. Tests that need a device skip without
+// one; the bad-argument tests run everywhere (launchers reject before any
+// CUDA call).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/dtype.h"
+#include "kernels/embedding_bag.h"
+#include "kernels/history_gather.h"
+#include "kernels/interaction.h"
+#include "kernels/jagrank_c.h"
+#include "kernels/linear.h"
+#include "kernels/padded.h"
+#include "tests/test_util.h"
+
+namespace jagrank {
+namespace {
+
+using testing::CountNonFinite;
+using testing::IsInvalidArgumentNaming;
+using testing::OffsetsFromLengths;
+using testing::RandomFloats;
+using testing::RandomIds;
+using testing::RandomLengths;
+using testing::RelativeError;
+
+#define ASSERT_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+#define ASSERT_STATUS_OK(expr)                 \
+  do {                                         \
+    const ::jagrank::Status s_ = (expr);       \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
+  } while (0)
+
+// A device array of T, freed on destruction. Size 0 allocates nothing
+// (data() is null), as an empty tensor would.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t count) : count_(count) {
+    void* ptr = nullptr;
+    if (count_ > 0 && cudaMalloc(&ptr, count_ * sizeof(T)) != cudaSuccess) {
+      ptr = nullptr;
+      count_ = 0;
+      ADD_FAILURE() << "cudaMalloc of " << count * sizeof(T) << " bytes failed";
+    }
+    ptr_ = static_cast<T*>(ptr);
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    if (count_ > 0) {
+      EXPECT_EQ(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+
+  T* data() const { return ptr_; }
+  size_t size() const { return count_; }
+  // 0xFF in every byte: a NaN in fp32 and in bf16.
+  void Poison() {
+    if (count_ > 0) {
+      EXPECT_EQ(cudaMemset(ptr_, 0xFF, count_ * sizeof(T)), cudaSuccess);
+    }
+  }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(count_);
+    if (count_ > 0) {
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBFloat16(v[i]);
+  return out;
+}
+
+std::vector<float> FromBf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = BFloat16ToFloat(v[i]);
+  return out;
+}
+
+// Host and device copies of one fp32-or-bf16 tensor built from float values;
+// `host_f32` holds exactly what the device stores (bf16-rounded for bf16).
+struct Operand {
+  Operand(const std::vector<float>& values, DType dtype) : dtype(dtype) {
+    if (dtype == DType::kFloat32) {
+      host_f32 = values;
+      f32 = std::make_unique<DeviceArray<float>>(values);
+    } else {
+      host_bf16 = ToBf16(values);
+      host_f32 = FromBf16(host_bf16);
+      bf16 = std::make_unique<DeviceArray<uint16_t>>(host_bf16);
+    }
+  }
+  const void* device() const { return f32 ? static_cast<const void*>(f32->data()) : bf16->data(); }
+  const void* host() const {
+    return dtype == DType::kFloat32 ? static_cast<const void*>(host_f32.data()) : host_bf16.data();
+  }
+
+  DType dtype;
+  std::vector<float> host_f32;
+  std::vector<uint16_t> host_bf16;
+  std::unique_ptr<DeviceArray<float>> f32;
+  std::unique_ptr<DeviceArray<uint16_t>> bf16;
+};
+
+// A device output of fp32 or bf16 elements, poisoned, read back as float.
+struct Output {
+  Output(size_t count, DType dtype) : dtype(dtype) {
+    if (dtype == DType::kFloat32) {
+      f32 = std::make_unique<DeviceArray<float>>(count);
+      f32->Poison();
+    } else {
+      bf16 = std::make_unique<DeviceArray<uint16_t>>(count);
+      bf16->Poison();
+    }
+  }
+  void* device() const { return f32 ? static_cast<void*>(f32->data()) : bf16->data(); }
+  std::vector<float> ToHostFloat() const { return f32 ? f32->ToHost() : FromBf16(bf16->ToHost()); }
+
+  DType dtype;
+  std::unique_ptr<DeviceArray<float>> f32;
+  std::unique_ptr<DeviceArray<uint16_t>> bf16;
+};
+
+class KernelsGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_CUDA_OK(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  void Sync() { ASSERT_CUDA_OK(cudaStreamSynchronize(stream_)); }
+
+  cudaStream_t stream_ = nullptr;
+};
+
+const DType kDTypes[] = {DType::kFloat32, DType::kBFloat16};
+
+// ---------------------------------------------------------------- embeddings
+
+TEST_F(KernelsGpuTest, EmbeddingBagMatchesCpu) {
+  std::mt19937_64 rng(11);
+  for (DType dtype : kDTypes) {
+    for (int dim : {3, 64, 200}) {  // below a warp, one pass, several passes per thread
+      const int64_t rows = 1009;
+      const Operand table(RandomFloats(rng, rows * dim), dtype);
+      for (int batch : {1, 37}) {
+        for (int32_t max_len : {1, 300}) {
+          const auto offsets = OffsetsFromLengths(RandomLengths(rng, batch, max_len));
+          const auto ids = RandomIds(rng, offsets.back());
+          EmbeddingBagParams p = {};
+          p.batch = batch;
+          p.table_dtype = dtype;
+          p.num_rows = rows;
+          p.dim = dim;
+          std::vector<float> expected(static_cast<size_t>(batch) * dim);
+          p.ids = ids.data();
+          p.offsets = offsets.data();
+          p.table = table.host();
+          p.out = expected.data();
+          ASSERT_STATUS_OK(EmbeddingBagCpu(p));
+
+          const DeviceArray<int64_t> d_ids(ids);
+          const DeviceArray<int32_t> d_offsets(offsets);
+          DeviceArray<float> d_out(expected.size());
+          d_out.Poison();
+          p.ids = d_ids.data();
+          p.offsets = d_offsets.data();
+          p.table = table.device();
+          p.out = d_out.data();
+          ASSERT_STATUS_OK(EmbeddingBagCuda(p, stream_));
+          Sync();
+          const auto got = d_out.ToHost();
+          EXPECT_EQ(CountNonFinite(got), 0);
+          EXPECT_LT(RelativeError(got, expected), 1e-5)
+              << DTypeName(dtype) << " dim " << dim << " batch " << batch << " max_len " << max_len;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, GatherRowsMatchesCpu) {
+  std::mt19937_64 rng(12);
+  for (DType dtype : kDTypes) {
+    for (int dim : {5, 64, 130}) {
+      const int64_t rows = 517;
+      const Operand table(RandomFloats(rng, rows * dim), dtype);
+      for (int64_t count : {1, 2, 1001}) {
+        const auto ids = RandomIds(rng, count);
+        GatherRowsParams p = {};
+        p.count = count;
+        p.table_dtype = dtype;
+        p.num_rows = rows;
+        p.dim = dim;
+        std::vector<float> expected(count * dim);
+        p.ids = ids.data();
+        p.table = table.host();
+        p.out = expected.data();
+        ASSERT_STATUS_OK(GatherRowsCpu(p));
+
+        const DeviceArray<int64_t> d_ids(ids);
+        DeviceArray<float> d_out(expected.size());
+        d_out.Poison();
+        p.ids = d_ids.data();
+        p.table = table.device();
+        p.out = d_out.data();
+        ASSERT_STATUS_OK(GatherRowsCuda(p, stream_));
+        Sync();
+        const auto got = d_out.ToHost();
+        EXPECT_EQ(CountNonFinite(got), 0);
+        EXPECT_EQ(got, expected) << DTypeName(dtype) << " dim " << dim << " count " << count;  // a copy: exact
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, HistoryGatherMatchesCpu) {
+  std::mt19937_64 rng(13);
+  for (DType dtype : kDTypes) {
+    for (int dim : {7, 64, 256}) {
+      const int64_t item_rows = 2003;
+      const int max_len = 600;  // several grid.y chunks of tokens per sequence
+      const Operand items(RandomFloats(rng, item_rows * dim), dtype);
+      const Operand positions(RandomFloats(rng, static_cast<size_t>(max_len) * dim), dtype);
+      for (int batch : {1, 29}) {
+        for (int32_t longest : {1, max_len}) {
+          const auto offsets = OffsetsFromLengths(RandomLengths(rng, batch, longest));
+          const auto ids = RandomIds(rng, offsets.back());
+          HistoryGatherParams p = {};
+          p.batch = batch;
+          p.table_dtype = dtype;
+          p.item_rows = item_rows;
+          p.max_len = max_len;
+          p.dim = dim;
+          std::vector<float> expected(static_cast<size_t>(offsets.back()) * dim);
+          p.ids = ids.data();
+          p.offsets = offsets.data();
+          p.item_table = items.host();
+          p.position_table = positions.host();
+          p.out = expected.data();
+          ASSERT_STATUS_OK(HistoryGatherCpu(p));
+
+          const DeviceArray<int64_t> d_ids(ids);
+          const DeviceArray<int32_t> d_offsets(offsets);
+          DeviceArray<float> d_out(expected.size());
+          d_out.Poison();
+          p.ids = d_ids.data();
+          p.offsets = d_offsets.data();
+          p.item_table = items.device();
+          p.position_table = positions.device();
+          p.out = d_out.data();
+          ASSERT_STATUS_OK(HistoryGatherCuda(p, stream_));
+          Sync();
+          const auto got = d_out.ToHost();
+          EXPECT_EQ(CountNonFinite(got), 0);
+          EXPECT_LT(RelativeError(got, expected), 1e-6)
+              << DTypeName(dtype) << " dim " << dim << " batch " << batch << " longest " << longest;
+        }
+      }
+    }
+  }
+}
+
+// --------------------------------------------------------------- interaction
+
+TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
+  std::mt19937_64 rng(14);
+  for (int num_sparse : {0, 1, 6}) {
+    for (int dim : {8, 64, 100}) {
+      for (int num_requests : {1, 23}) {
+        // Candidates per request include 0 (a request with none) and long runs.
+        const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, 150));
+        const int num_candidates = offsets.back();
+        const auto x = RandomFloats(rng, static_cast<size_t>(num_requests) * dim);
+        const auto pooled = RandomFloats(rng, static_cast<size_t>(num_sparse) * num_requests * dim);
+        const auto u = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
+        const auto e = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
+        const int width = DotInteractionOutputWidth(num_sparse, dim);
+        DotInteractionParams p = {};
+        p.num_sparse = num_sparse;
+        p.num_requests = num_requests;
+        p.num_candidates = num_candidates;
+        p.dim = dim;
+        std::vector<float> expected(static_cast<size_t>(num_candidates) * width);
+        p.x = x.data();
+        p.pooled = num_sparse > 0 ? pooled.data() : nullptr;
+        p.u = u.data();
+        p.e = e.data();
+        p.candidate_offsets = offsets.data();
+        p.out = expected.data();
+        ASSERT_STATUS_OK(DotInteractionCpu(p));
+
+        const DeviceArray<float> d_x(x), d_pooled(pooled), d_u(u), d_e(e);
+        const DeviceArray<int32_t> d_offsets(offsets);
+        DeviceArray<float> d_out(expected.size());
+        d_out.Poison();
+        p.x = d_x.data();
+        p.pooled = d_pooled.data();
+        p.u = d_u.data();
+        p.e = d_e.data();
+        p.candidate_offsets = d_offsets.data();
+        p.out = d_out.data();
+        ASSERT_STATUS_OK(DotInteractionCuda(p, stream_));
+        Sync();
+        const auto got = d_out.ToHost();
+        EXPECT_EQ(CountNonFinite(got), 0);
+        EXPECT_LT(RelativeError(got, expected), 1e-5)
+            << "F " << num_sparse << " dim " << dim << " requests " << num_requests;
+      }
+    }
+  }
+}
+
+// -------------------------------------------------------------------- padded
+
+TEST_F(KernelsGpuTest, JaggedPaddedRoundTripMatchesCpuBitForBit) {
+  std::mt19937_64 rng(15);
+  for (DType dtype : kDTypes) {
+    for (int64_t width : {1, 64, 384}) {
+      for (int batch : {1, 17}) {
+        const int max_len = 260;
+        const auto offsets = OffsetsFromLengths(RandomLengths(rng, batch, max_len));
+        const Operand values(RandomFloats(rng, static_cast<size_t>(offsets.back()) * width), dtype);
+        const size_t padded_count = static_cast<size_t>(batch) * max_len * width;
+        const size_t esize = DTypeSize(dtype);
+
+        JaggedToPaddedParams to = {};
+        to.batch = batch;
+        to.max_len = max_len;
+        to.width = width;
+        to.dtype = dtype;
+        std::vector<uint8_t> expected_padded(padded_count * esize);
+        to.values = values.host();
+        to.offsets = offsets.data();
+        to.padded = expected_padded.data();
+        ASSERT_STATUS_OK(JaggedToPaddedCpu(to));
+
+        const DeviceArray<int32_t> d_offsets(offsets);
+        DeviceArray<uint8_t> d_padded(padded_count * esize);
+        d_padded.Poison();
+        to.values = values.device();
+        to.offsets = d_offsets.data();
+        to.padded = d_padded.data();
+        ASSERT_STATUS_OK(JaggedToPaddedCuda(to, stream_));
+        Sync();
+        EXPECT_TRUE(d_padded.ToHost() == expected_padded) << DTypeName(dtype) << " width " << width;
+
+        // Back: every jagged element written from the padded tensor.
+        PaddedToJaggedParams back = {};
+        back.batch = batch;
+        back.max_len = max_len;
+        back.width = width;
+        back.dtype = dtype;
+        back.padded = d_padded.data();
+        back.offsets = d_offsets.data();
+        DeviceArray<uint8_t> d_values(static_cast<size_t>(offsets.back()) * width * esize);
+        d_values.Poison();
+        back.values = d_values.data();
+        ASSERT_STATUS_OK(PaddedToJaggedCuda(back, stream_));
+        Sync();
+        const auto round_trip = d_values.ToHost();
+        ASSERT_EQ(round_trip.size(), offsets.back() * width * esize);
+        EXPECT_EQ(std::memcmp(round_trip.data(), values.host(), round_trip.size()), 0)
+            << DTypeName(dtype) << " width " << width;
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, PaddedDenseAttentionMatchesCpu) {
+  std::mt19937_64 rng(16);
+  struct Shape {
+    int batch, max_q_len, max_k_len, heads, head_dim;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1, 32}, {6, 40, 40, 2, 32}, {5, 17, 300, 3, 64}, {3, 64, 1000, 1, 128}};
+  for (DType dtype : kDTypes) {
+    for (const Shape& s : shapes) {
+      const int64_t token = int64_t{s.heads} * s.head_dim;
+      auto q_len = RandomLengths(rng, s.batch, s.max_q_len);
+      auto k_len = RandomLengths(rng, s.batch, s.max_k_len);
+      const Operand q(RandomFloats(rng, s.batch * s.max_q_len * token, -2.0f, 2.0f), dtype);
+      const Operand k(RandomFloats(rng, s.batch * s.max_k_len * token, -2.0f, 2.0f), dtype);
+      const Operand v(RandomFloats(rng, s.batch * s.max_k_len * token), dtype);
+      PaddedDenseAttentionParams p = {};
+      p.batch = s.batch;
+      p.max_q_len = s.max_q_len;
+      p.max_k_len = s.max_k_len;
+      p.num_heads = s.heads;
+      p.head_dim = s.head_dim;
+      p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+      // The CPU reference is fp32: feed it the values the device holds.
+      p.dtype = DType::kFloat32;
+      std::vector<float> expected(s.batch * s.max_q_len * token);
+      p.q = q.host_f32.data();
+      p.k = k.host_f32.data();
+      p.v = v.host_f32.data();
+      p.q_len = q_len.data();
+      p.k_len = k_len.data();
+      p.o = expected.data();
+      ASSERT_STATUS_OK(PaddedDenseAttentionCpu(p));
+
+      const DeviceArray<int32_t> d_q_len(q_len), d_k_len(k_len);
+      DeviceArray<float> workspace(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float));
+      workspace.Poison();
+      Output o(expected.size(), dtype);
+      p.dtype = dtype;
+      p.q = q.device();
+      p.k = k.device();
+      p.v = v.device();
+      p.q_len = d_q_len.data();
+      p.k_len = d_k_len.data();
+      p.o = o.device();
+      p.workspace = workspace.data();
+      ASSERT_STATUS_OK(PaddedDenseAttentionCuda(p, stream_));
+      Sync();
+      const auto got = o.ToHostFloat();
+      EXPECT_EQ(CountNonFinite(got), 0);
+      // fp32: GEMM summation order only. bf16: P and O rounded to 8 bits.
+      const double tolerance = dtype == DType::kFloat32 ? 5e-5 : 2e-2;
+      EXPECT_LT(RelativeError(got, expected), tolerance)
+          << DTypeName(dtype) << " B " << s.batch << " Nq " << s.max_q_len << " Nk " << s.max_k_len;
+      for (int b = 0; b < s.batch; ++b) {  // padding query rows and key-less sequences: exact zeros
+        for (int i = 0; i < s.max_q_len; ++i) {
+          if (i < q_len[b] && k_len[b] > 0) continue;
+          for (int64_t x = 0; x < token; ++x) {
+            ASSERT_EQ(got[(int64_t{b} * s.max_q_len + i) * token + x], 0.0f) << "b " << b << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, PaddedDenseAttentionWithNoKeysWritesZeros) {
+  for (DType dtype : kDTypes) {
+    const std::vector<int32_t> q_len = {3, 0}, k_len = {0, 0};
+    const DeviceArray<int32_t> d_q_len(q_len), d_k_len(k_len);
+    Output o(2 * 3 * 2 * 32, dtype);
+    PaddedDenseAttentionParams p = {};
+    p.batch = 2;
+    p.max_q_len = 3;
+    p.max_k_len = 0;
+    p.num_heads = 2;
+    p.head_dim = 32;
+    p.softmax_scale = 1.0f;
+    p.dtype = dtype;
+    p.q_len = d_q_len.data();
+    p.k_len = d_k_len.data();
+    p.o = o.device();
+    ASSERT_STATUS_OK(PaddedDenseAttentionCuda(p, stream_));
+    Sync();
+    for (float x : o.ToHostFloat()) ASSERT_EQ(x, 0.0f);
+  }
+}
+
+// -------------------------------------------------------------------- linear
+
+TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
+  std::mt19937_64 rng(17);
+  struct Shape {
+    int m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {37, 65, 13}, {300, 256, 130}, {1024, 1, 479}};
+  for (const Shape& s : shapes) {
+    const auto x = RandomFloats(rng, static_cast<size_t>(s.m) * s.k);
+    const auto w = RandomFloats(rng, static_cast<size_t>(s.n) * s.k);
+    const auto bias = RandomFloats(rng, s.n);
+    const DeviceArray<float> d_x(x), d_w(w), d_bias(bias);
+    for (bool with_bias : {false, true}) {
+      for (bool relu : {false, true}) {
+        for (bool tf32 : {false, true}) {
+          LinearParams p = {};
+          p.relu = relu;
+          p.m = s.m;
+          p.n = s.n;
+          p.k = s.k;
+          std::vector<float> expected(static_cast<size_t>(s.m) * s.n);
+          p.x = x.data();
+          p.weight = w.data();
+          p.maybe_bias = with_bias ? bias.data() : nullptr;
+          p.y = expected.data();
+          ASSERT_STATUS_OK(LinearReferenceCpu(p));
+
+          DeviceArray<float> d_y(expected.size());
+          d_y.Poison();
+          p.x = d_x.data();
+          p.weight = d_w.data();
+          p.maybe_bias = with_bias ? d_bias.data() : nullptr;
+          p.y = d_y.data();
+          ASSERT_STATUS_OK(LinearCuda(p, stream_, tf32));
+          Sync();
+          const auto got = d_y.ToHost();
+          EXPECT_EQ(CountNonFinite(got), 0);
+          // TF32 keeps 10 mantissa bits of each operand.
+          EXPECT_LT(RelativeError(got, expected), tf32 ? 5e-3 : 1e-5)
+              << "m " << s.m << " n " << s.n << " k " << s.k << " bias " << with_bias << " relu " << relu
+              << " tf32 " << tf32;
+          if (relu) {
+            for (float y : got) ASSERT_GE(y, 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, LinearOnUnalignedPointers) {
+  // Rows that start 4 bytes into an allocation: the heuristic must be told.
+  std::mt19937_64 rng(18);
+  const int m = 9, n = 7, k = 5;
+  const auto x = RandomFloats(rng, m * k + 1);
+  const auto w = RandomFloats(rng, n * k + 1);
+  const auto bias = RandomFloats(rng, n + 1);
+  const DeviceArray<float> d_x(x), d_w(w), d_bias(bias);
+  DeviceArray<float> d_y(m * n + 1);
+  d_y.Poison();
+  LinearParams p = {};
+  p.relu = true;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  std::vector<float> expected(m * n);
+  p.x = x.data() + 1;
+  p.weight = w.data() + 1;
+  p.maybe_bias = bias.data() + 1;
+  p.y = expected.data();
+  ASSERT_STATUS_OK(LinearReferenceCpu(p));
+  p.x = d_x.data() + 1;
+  p.weight = d_w.data() + 1;
+  p.maybe_bias = d_bias.data() + 1;
+  p.y = d_y.data() + 1;
+  ASSERT_STATUS_OK(LinearCuda(p, stream_));
+  Sync();
+  const auto all = d_y.ToHost();
+  EXPECT_TRUE(std::isnan(all[0])) << "wrote before y";
+  const std::vector<float> got(all.begin() + 1, all.end());
+  EXPECT_LT(RelativeError(got, expected), 1e-5);
+}
+
+// --------------------------------------------------------------------- casts
+
+TEST_F(KernelsGpuTest, CastsRoundToNearestEvenAndBack) {
+  std::mt19937_64 rng(19);
+  auto values = RandomFloats(rng, 100003, -1e3f, 1e3f);
+  values[0] = 0.0f;
+  values[1] = -0.0f;
+  values[2] = std::numeric_limits<float>::infinity();
+  values[3] = 1.0f + 1.0f / 256;  // a tie: rounds to even (1.0)
+  const DeviceArray<float> d_in(values);
+  DeviceArray<uint16_t> d_bf16(values.size());
+  d_bf16.Poison();
+  CastParams to = {};
+  to.in = d_in.data();
+  to.in_dtype = DType::kFloat32;
+  to.out = d_bf16.data();
+  to.out_dtype = DType::kBFloat16;
+  to.count = static_cast<int64_t>(values.size());
+  ASSERT_STATUS_OK(CastCuda(to, stream_));
+  DeviceArray<float> d_back(values.size());
+  d_back.Poison();
+  CastParams back = {};
+  back.in = d_bf16.data();
+  back.in_dtype = DType::kBFloat16;
+  back.out = d_back.data();
+  back.out_dtype = DType::kFloat32;
+  back.count = to.count;
+  ASSERT_STATUS_OK(CastCuda(back, stream_));
+  DeviceArray<float> d_copy(values.size());
+  CastParams copy = {};
+  copy.in = d_in.data();
+  copy.in_dtype = DType::kFloat32;
+  copy.out = d_copy.data();
+  copy.out_dtype = DType::kFloat32;
+  copy.count = to.count;
+  ASSERT_STATUS_OK(CastCuda(copy, stream_));
+  Sync();
+  EXPECT_EQ(d_bf16.ToHost(), ToBf16(values));
+  EXPECT_EQ(d_back.ToHost(), FromBf16(ToBf16(values)));
+  EXPECT_EQ(d_copy.ToHost(), values);
+}
+
+// ------------------------------------------------------------------- C ABI
+
+// Multi-head self-attention through jagrank_c.h against the CPU reference.
+TEST_F(KernelsGpuTest, CAbiSelfAttentionMatchesCpu) {
+  std::mt19937_64 rng(20);
+  EXPECT_EQ(jagrank_c_api_version(), JAGRANK_C_API_VERSION);
+  for (DType dtype : kDTypes) {
+    for (int head_dim : {32, 64, 128}) {
+      const int batch = 9, heads = 2, max_len = 200;
+      const auto offsets = OffsetsFromLengths(RandomLengths(rng, batch, max_len));
+      const int64_t token = int64_t{heads} * head_dim;
+      const size_t count = static_cast<size_t>(offsets.back()) * token;
+      const Operand q(RandomFloats(rng, count, -2.0f, 2.0f), dtype);
+      const Operand k(RandomFloats(rng, count, -2.0f, 2.0f), dtype);
+      const Operand v(RandomFloats(rng, count), dtype);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+      AttentionParams p = {};
+      std::vector<float> expected(count);
+      p.q = q.host_f32.data();
+      p.k = k.host_f32.data();
+      p.v = v.host_f32.data();
+      p.o = expected.data();
+      p.dtype = DType::kFloat32;
+      p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = token;
+      p.q_offsets = p.k_offsets = offsets.data();
+      p.batch = batch;
+      p.num_heads = heads;
+      p.head_dim = head_dim;
+      p.max_q_len = p.max_k_len = max_len;
+      p.softmax_scale = scale;
+      ASSERT_STATUS_OK(JaggedAttentionReferenceCpu(p));
+
+      const DeviceArray<int32_t> d_offsets(offsets);
+      Output o(count, dtype);
+      const int rc = jagrank_jagged_self_attention(
+          q.device(), k.device(), v.device(), o.device(),
+          dtype == DType::kFloat32 ? JAGRANK_DTYPE_FLOAT32 : JAGRANK_DTYPE_BFLOAT16, d_offsets.data(), batch, heads,
+          head_dim, max_len, scale, stream_);
+      ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
+      Sync();
+      const auto got = o.ToHostFloat();
+      EXPECT_EQ(CountNonFinite(got), 0);
+      EXPECT_LT(RelativeError(got, expected), dtype == DType::kFloat32 ? 1e-4 : 2e-2)
+          << DTypeName(dtype) << " head_dim " << head_dim;
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, CAbiTargetAttentionMatchesCpu) {
+  std::mt19937_64 rng(21);
+  for (DType dtype : kDTypes) {
+    const int batch = 11, dim = 64;
+    const auto candidate_offsets = OffsetsFromLengths(RandomLengths(rng, batch, 40));
+    const auto history_offsets = OffsetsFromLengths(RandomLengths(rng, batch, 500));
+    const Operand q(RandomFloats(rng, static_cast<size_t>(candidate_offsets.back()) * dim, -2.0f, 2.0f), dtype);
+    const Operand z(RandomFloats(rng, static_cast<size_t>(history_offsets.back()) * dim, -2.0f, 2.0f), dtype);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+
+    AttentionParams p = {};
+    std::vector<float> expected(static_cast<size_t>(candidate_offsets.back()) * dim);
+    p.q = q.host_f32.data();
+    p.k = p.v = z.host_f32.data();
+    p.o = expected.data();
+    p.dtype = DType::kFloat32;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = dim;
+    p.q_offsets = candidate_offsets.data();
+    p.k_offsets = history_offsets.data();
+    p.batch = batch;
+    p.num_heads = 1;
+    p.head_dim = dim;
+    p.max_q_len = 40;
+    p.max_k_len = 500;
+    p.softmax_scale = scale;
+    ASSERT_STATUS_OK(JaggedAttentionReferenceCpu(p));
+
+    const DeviceArray<int32_t> d_candidates(candidate_offsets), d_history(history_offsets);
+    Output o(expected.size(), dtype);
+    const int rc = jagrank_jagged_target_attention(
+        q.device(), d_candidates.data(), 40, z.device(), d_history.data(), 500, batch, dim,
+        dtype == DType::kFloat32 ? JAGRANK_DTYPE_FLOAT32 : JAGRANK_DTYPE_BFLOAT16, scale, o.device(), stream_);
+    ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
+    Sync();
+    const auto got = o.ToHostFloat();
+    EXPECT_EQ(CountNonFinite(got), 0);
+    EXPECT_LT(RelativeError(got, expected), dtype == DType::kFloat32 ? 1e-4 : 2e-2) << DTypeName(dtype);
+  }
+}
+
+TEST_F(KernelsGpuTest, CAbiEmbeddingBagMatchesCpu) {
+  std::mt19937_64 rng(22);
+  const int batch = 13, dim = 64;
+  const int64_t rows = 333;
+  const Operand table(RandomFloats(rng, rows * dim), DType::kBFloat16);
+  const auto offsets = OffsetsFromLengths(RandomLengths(rng, batch, 70));
+  const auto ids = RandomIds(rng, offsets.back());
+  EmbeddingBagParams p = {};
+  std::vector<float> expected(batch * dim);
+  p.ids = ids.data();
+  p.offsets = offsets.data();
+  p.batch = batch;
+  p.table = table.host();
+  p.table_dtype = DType::kBFloat16;
+  p.num_rows = rows;
+  p.dim = dim;
+  p.out = expected.data();
+  ASSERT_STATUS_OK(EmbeddingBagCpu(p));
+
+  const DeviceArray<int64_t> d_ids(ids);
+  const DeviceArray<int32_t> d_offsets(offsets);
+  DeviceArray<float> d_out(expected.size());
+  d_out.Poison();
+  const int rc = jagrank_embedding_bag(d_ids.data(), d_offsets.data(), batch, table.device(), JAGRANK_DTYPE_BFLOAT16,
+                                       rows, dim, d_out.data(), stream_);
+  ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
+  Sync();
+  const auto got = d_out.ToHost();
+  EXPECT_EQ(CountNonFinite(got), 0);
+  EXPECT_LT(RelativeError(got, expected), 1e-5);
+}
+
+// ------------------------------------------- bad arguments (no device needed)
+
+TEST(KernelsGpuArgumentsTest, LaunchersRejectBadArgumentsNamingTheField) {
+  float dummy[4] = {};
+  const int32_t offsets[2] = {0, 0};
+  const int64_t ids[1] = {0};
+
+  EmbeddingBagParams bag = {};
+  bag.ids = ids;
+  bag.offsets = offsets;
+  bag.batch = 1;
+  bag.table = dummy;
+  bag.num_rows = 1;
+  bag.dim = 0;
+  bag.out = dummy;
+  EXPECT_TRUE(IsInvalidArgumentNaming(EmbeddingBagCuda(bag, nullptr), "dim"));
+  bag.dim = 1;
+  bag.num_rows = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(EmbeddingBagCuda(bag, nullptr), "num_rows"));
+  bag.num_rows = 1;
+  bag.batch = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(EmbeddingBagCuda(bag, nullptr), "batch"));
+  bag.batch = 1;
+  bag.table = nullptr;
+  EXPECT_TRUE(IsInvalidArgumentNaming(EmbeddingBagCuda(bag, nullptr), "table"));
+  bag.table = dummy;
+  bag.table_dtype = static_cast<DType>(7);
+  EXPECT_EQ(EmbeddingBagCuda(bag, nullptr).code(), Status::Code::kUnimplemented);
+
+  GatherRowsParams gather = {};
+  gather.count = 1;
+  gather.table = dummy;
+  gather.num_rows = 1;
+  gather.dim = 1;
+  gather.out = dummy;
+  EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCuda(gather, nullptr), "ids"));
+
+  HistoryGatherParams history = {};
+  history.ids = ids;
+  history.offsets = offsets;
+  history.batch = 1;
+  history.item_table = dummy;
+  history.item_rows = 1;
+  history.position_table = dummy;
+  history.max_len = 0;
+  history.dim = 1;
+  history.out = dummy;
+  EXPECT_TRUE(IsInvalidArgumentNaming(HistoryGatherCuda(history, nullptr), "max_len"));
+  history.max_len = 1;
+  history.position_table = nullptr;
+  EXPECT_TRUE(IsInvalidArgumentNaming(HistoryGatherCuda(history, nullptr), "position_table"));
+
+  DotInteractionParams dot = {};
+  dot.x = dot.u = dot.e = dot.out = dummy;
+  dot.candidate_offsets = offsets;
+  dot.num_sparse = 2;
+  dot.num_requests = 1;
+  dot.num_candidates = 1;
+  dot.dim = 1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionCuda(dot, nullptr), "pooled"));
+  dot.num_sparse = 0;
+  dot.num_requests = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionCuda(dot, nullptr), "num_requests"));
+
+  JaggedToPaddedParams to = {};
+  to.values = dummy;
+  to.offsets = offsets;
+  to.batch = 1;
+  to.max_len = 1;
+  to.width = 0;
+  to.padded = dummy;
+  EXPECT_TRUE(IsInvalidArgumentNaming(JaggedToPaddedCuda(to, nullptr), "width"));
+
+  PaddedDenseAttentionParams dense = {};
+  dense.q = dense.k = dense.v = dummy;
+  dense.o = dummy;
+  dense.q_len = dense.k_len = offsets;
+  dense.batch = 1;
+  dense.max_q_len = dense.max_k_len = 1;
+  dense.num_heads = 1;
+  dense.head_dim = 1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCuda(dense, nullptr), "workspace"));
+  dense.workspace = dummy;
+  dense.head_dim = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCuda(dense, nullptr), "head_dim"));
+
+  LinearParams linear = {};
+  linear.x = linear.weight = dummy;
+  linear.y = dummy + 2;
+  linear.m = linear.n = 1;
+  linear.k = 0;
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCuda(linear, nullptr), "k"));
+  linear.k = 1;
+  linear.y = dummy;
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCuda(linear, nullptr), "y"));
+
+  CastParams cast = {};
+  cast.in = dummy;
+  cast.count = 1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(CastCuda(cast, nullptr), "out"));
+}
+
+TEST(KernelsGpuArgumentsTest, CAbiReportsCodeAndMessage) {
+  float dummy[4] = {};
+  const int32_t offsets[2] = {0, 0};
+  int rc = jagrank_embedding_bag(nullptr, offsets, 1, dummy, JAGRANK_DTYPE_FLOAT32, 0, 4, dummy, nullptr);
+  EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("num_rows"), std::string::npos) << jagrank_last_error();
+  rc = jagrank_embedding_bag(nullptr, offsets, 1, dummy, 5, 10, 4, dummy, nullptr);
+  EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("table_dtype"), std::string::npos) << jagrank_last_error();
+  rc = jagrank_jagged_self_attention(dummy, dummy, dummy, dummy, 9, offsets, 1, 1, 32, 1, 1.0f, nullptr);
+  EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("dtype"), std::string::npos) << jagrank_last_error();
+}
+
+}  // namespace
+}  // namespace jagrank
