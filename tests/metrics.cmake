@@ -18,3 +18,5 @@ if(NOT COMMAND jagrank_add_metrics_sources)
 endif()
 
 jagrank_metrics_test(metrics_prometheus_test metrics_prometheus_test.cc)
+jagrank_metrics_test(metrics_deploy_test metrics_deploy_test.cc)
+target_link_libraries(metrics_deploy_test PRIVATE yaml-cpp)
