@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -290,6 +292,24 @@ TEST_F(KernelsGpuTest, HistoryGatherMatchesCpu) {
       }
     }
   }
+}
+
+TEST_F(KernelsGpuTest, HistoryGatherOfOnlyEmptyHistoriesAcceptsEmptyTensors) {
+  // T = 0: ids and out are empty tensors (null pointers); nothing is read or written.
+  const std::vector<int32_t> offsets = {0, 0, 0, 0};
+  const DeviceArray<int32_t> d_offsets(offsets);
+  const DeviceArray<float> table(std::vector<float>(8, 1.0f));
+  HistoryGatherParams p = {};
+  p.offsets = d_offsets.data();
+  p.batch = 3;
+  p.item_table = table.data();
+  p.table_dtype = DType::kFloat32;
+  p.item_rows = 2;
+  p.position_table = table.data();
+  p.max_len = 2;
+  p.dim = 4;
+  ASSERT_STATUS_OK(HistoryGatherCuda(p, stream_));
+  Sync();
 }
 
 // --------------------------------------------------------------- interaction
@@ -729,6 +749,105 @@ TEST_F(KernelsGpuTest, CAbiEmbeddingBagMatchesCpu) {
   const auto got = d_out.ToHost();
   EXPECT_EQ(CountNonFinite(got), 0);
   EXPECT_LT(RelativeError(got, expected), 1e-5);
+}
+
+// ------------------------------------------------------------------- timing
+
+// Not a check: prints device times of a few launchers at serving-like sizes.
+// Run with --gtest_also_run_disabled_tests --gtest_filter='*Timing*'.
+TEST_F(KernelsGpuTest, DISABLED_Timing) {
+  std::mt19937_64 rng(23);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ASSERT_CUDA_OK(cudaEventCreate(&start));
+  ASSERT_CUDA_OK(cudaEventCreate(&stop));
+  auto time_ms = [&](const std::function<Status()>& launch) {
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(launch().ok());
+    const int reps = 20;
+    EXPECT_EQ(cudaEventRecord(start, stream_), cudaSuccess);
+    for (int i = 0; i < reps; ++i) EXPECT_TRUE(launch().ok());
+    EXPECT_EQ(cudaEventRecord(stop, stream_), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+    float ms = 0.0f;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+    return ms / reps;
+  };
+
+  {  // embedding bag: 4096 bags of 1..128 ids (mean ~64), d = 64, bf16 table of 1M rows
+    const int batch = 4096, dim = 64;
+    const int64_t rows = 1 << 20;
+    std::vector<int32_t> lengths(batch);
+    for (auto& l : lengths) l = 1 + static_cast<int32_t>(rng() % 128);
+    const auto offsets = OffsetsFromLengths(lengths);
+    const auto ids = RandomIds(rng, offsets.back());
+    const DeviceArray<int64_t> d_ids(ids);
+    const DeviceArray<int32_t> d_offsets(offsets);
+    const DeviceArray<uint16_t> table(rows * dim);
+    DeviceArray<float> out(static_cast<size_t>(batch) * dim);
+    EmbeddingBagParams p = {};
+    p.ids = d_ids.data();
+    p.offsets = d_offsets.data();
+    p.batch = batch;
+    p.table = table.data();
+    p.table_dtype = DType::kBFloat16;
+    p.num_rows = rows;
+    p.dim = dim;
+    p.out = out.data();
+    const float ms = time_ms([&] { return EmbeddingBagCuda(p, stream_); });
+    const double bytes = double(offsets.back()) * (dim * 2 + 8);
+    std::printf("timing embedding_bag B=%d ids=%d d=%d bf16: %.4f ms, %.0f GB/s (rows + ids read)\n", batch,
+                offsets.back(), dim, ms, bytes / ms / 1e6);
+  }
+  {  // padded dense attention, ANCHORS shape B=1024 N=256 H=4 D=32 bf16, lengths uniform in [1, N]
+    const int batch = 1024, n = 256, heads = 4, dh = 32;
+    std::vector<int32_t> lengths(batch);
+    for (auto& l : lengths) l = 1 + static_cast<int32_t>(rng() % n);
+    const DeviceArray<int32_t> d_len(lengths);
+    const size_t count = static_cast<size_t>(batch) * n * heads * dh;
+    const Operand q(RandomFloats(rng, count), DType::kBFloat16);
+    const Operand k(RandomFloats(rng, count), DType::kBFloat16);
+    const Operand v(RandomFloats(rng, count), DType::kBFloat16);
+    Output o(count, DType::kBFloat16);
+    PaddedDenseAttentionParams p = {};
+    p.q = q.device();
+    p.k = k.device();
+    p.v = v.device();
+    p.q_len = p.k_len = d_len.data();
+    p.batch = batch;
+    p.max_q_len = p.max_k_len = n;
+    p.num_heads = heads;
+    p.head_dim = dh;
+    p.softmax_scale = 1.0f / std::sqrt(float(dh));
+    p.dtype = DType::kBFloat16;
+    p.o = o.device();
+    DeviceArray<float> workspace(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float));
+    p.workspace = workspace.data();
+    const float ms = time_ms([&] { return PaddedDenseAttentionCuda(p, stream_); });
+    std::printf("timing padded_dense_attention B=%d N=%d H=%d D=%d bf16: %.4f ms, workspace %.1f MiB\n", batch, n,
+                heads, dh, ms, PaddedDenseAttentionWorkspaceBytes(p) / 1048576.0);
+  }
+  {  // top-MLP-like linear: m = 16384 candidates, 512 <- 1024, bias + ReLU, fp32 and TF32
+    const int m = 16384, n = 512, k = 1024;
+    const DeviceArray<float> x(RandomFloats(rng, static_cast<size_t>(m) * k));
+    const DeviceArray<float> w(RandomFloats(rng, static_cast<size_t>(n) * k));
+    const DeviceArray<float> bias(RandomFloats(rng, n));
+    DeviceArray<float> y(static_cast<size_t>(m) * n);
+    LinearParams p = {};
+    p.x = x.data();
+    p.weight = w.data();
+    p.maybe_bias = bias.data();
+    p.relu = true;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.y = y.data();
+    for (bool tf32 : {false, true}) {
+      const float ms = time_ms([&] { return LinearCuda(p, stream_, tf32); });
+      std::printf("timing linear m=%d n=%d k=%d bias+relu %s: %.4f ms, %.1f TFLOP/s\n", m, n, k,
+                  tf32 ? "tf32" : "fp32", ms, 2.0 * m * n * k / ms / 1e9);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 // ------------------------------------------- bad arguments (no device needed)

@@ -63,7 +63,9 @@ Status HistoryGatherCuda(const HistoryGatherParams& params, cudaStream_t stream)
   }
   if (params.batch == 0) return Status::Ok();
   if (params.offsets == nullptr) return Status::InvalidArgument("offsets: null (needs batch + 1 entries)");
-  if (params.out == nullptr) return Status::InvalidArgument("out: null");
+  // ids and out hold T = offsets[batch] rows, unknown here: both may be null
+  // (an empty tensor) when every history is empty; the kernel then reads and
+  // writes nothing.
   const dim3 block = cuda::RowBlock(params.dim);
   const int chunks = static_cast<int>((int64_t{params.max_len} + block.y - 1) / block.y);
   if (chunks > cuda::kMaxGridYZ) {
