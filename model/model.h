@@ -31,6 +31,9 @@ struct ModelOptions {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N" ("auto" is resolved by the caller)
   AttentionStrategy attention = AttentionStrategy::kJagged;
   int cpu_threads = 0;         // 0 = hardware concurrency
+  // CUDA only: embedding/position tables and attention operands in bf16
+  // (float32 accumulation); false keeps everything float32.
+  bool cuda_bf16 = true;
 };
 
 struct ModelMemory {

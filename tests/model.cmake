@@ -2,3 +2,4 @@
 jagrank_add_test(NAME model_config_test SOURCES model_config_test.cc LIBS jagrank_model TIMEOUT 60)
 jagrank_add_test(NAME model_weights_test SOURCES model_weights_test.cc LIBS jagrank_model TIMEOUT 60)
 jagrank_add_test(NAME model_forward_test SOURCES model_forward_test.cc LIBS jagrank_model TIMEOUT 120)
+jagrank_add_test(NAME model_cuda_test SOURCES model_cuda_test.cc LIBS jagrank_model LABELS gpu TIMEOUT 300)
