@@ -1,0 +1,136 @@
+#include "server/batcher.h"
+
+#include <utility>
+
+namespace jagrank {
+
+bool QueuedRequest::Expired(Clock::time_point now, Status* why) const {
+  if (is_cancelled && is_cancelled()) {
+    *why = Status::Cancelled("client cancelled the call before compute");
+    return true;
+  }
+  if (now >= deadline) {
+    const auto waited_us = std::chrono::duration_cast<std::chrono::microseconds>(now - arrival).count();
+    *why = Status::DeadlineExceeded("deadline passed after " + std::to_string(waited_us) +
+                                    " us in the queue, before compute");
+    return true;
+  }
+  return false;
+}
+
+Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics) : config_(config), metrics_(metrics) {}
+
+Batcher::~Batcher() {
+  // Whatever is still queued is answered, never leaked.
+  std::deque<std::unique_ptr<QueuedRequest>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+  }
+  for (auto& r : left) r->finish(Status::Unavailable("server shut down before compute"), nullptr, 0);
+}
+
+Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
+  int64_t depth = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Status::Unavailable("server is shutting down");
+    if (static_cast<int64_t>(queue_.size()) >= config_.max_queue_requests) {
+      return Status::ResourceExhausted("queue full: " + std::to_string(queue_.size()) +
+                                       " requests queued = max_queue_requests");
+    }
+    QueuedRequest& r = **request;
+    queued_candidates_ += r.candidates;
+    queued_history_tokens_ += r.history_tokens;
+    queued_attention_cost_ += r.attention_cost;
+    queue_.push_back(std::move(*request));
+    depth = queue_.size();
+  }
+  metrics_->SetQueueDepth(depth);
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+bool Batcher::BudgetReachedLocked() const {
+  return static_cast<int64_t>(queue_.size()) >= config_.max_batch_requests ||
+         queued_candidates_ >= config_.max_batch_candidates ||
+         queued_history_tokens_ >= config_.max_batch_history_tokens ||
+         queued_attention_cost_ >= config_.max_batch_attention_cost;
+}
+
+std::unique_ptr<QueuedRequest> Batcher::PopLocked() {
+  std::unique_ptr<QueuedRequest> head = std::move(queue_.front());
+  queue_.pop_front();
+  queued_candidates_ -= head->candidates;
+  queued_history_tokens_ -= head->history_tokens;
+  queued_attention_cost_ -= head->attention_cost;
+  return head;
+}
+
+bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
+  batch->clear();
+  const auto delay = std::chrono::microseconds(config_.max_queue_delay_us);
+  std::vector<std::pair<std::unique_ptr<QueuedRequest>, Status>> dropped;
+  int64_t depth = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (batch->empty()) {
+      cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+      if (queue_.empty()) return false;  // closed and drained
+      // Wait for a budget or the oldest request's delay; a request arriving
+      // meanwhile may fill a budget, so re-check on every wake-up.
+      while (!closed_ && !queue_.empty() && !BudgetReachedLocked()) {
+        const Clock::time_point close_at = queue_.front()->arrival + delay;
+        if (Clock::now() >= close_at) break;
+        cv_.wait_until(lock, close_at);
+      }
+      // Take requests in arrival order while they fit every budget; the
+      // first live one is always taken, so an oversized request runs alone.
+      int64_t candidates = 0, tokens = 0, cost = 0;
+      const Clock::time_point now = Clock::now();
+      while (!queue_.empty()) {
+        QueuedRequest& head = *queue_.front();
+        Status why;
+        if (head.Expired(now, &why)) {
+          dropped.emplace_back(PopLocked(), why);
+          continue;
+        }
+        if (!batch->empty() &&
+            (static_cast<int>(batch->size()) + 1 > config_.max_batch_requests ||
+             candidates + head.candidates > config_.max_batch_candidates ||
+             tokens + head.history_tokens > config_.max_batch_history_tokens ||
+             cost + head.attention_cost > config_.max_batch_attention_cost)) {
+          break;
+        }
+        candidates += head.candidates;
+        tokens += head.history_tokens;
+        cost += head.attention_cost;
+        batch->push_back(PopLocked());
+      }
+      depth = queue_.size();
+      if (!dropped.empty()) break;  // finish the dropped ones outside the lock
+    }
+  }
+  metrics_->SetQueueDepth(depth);
+  for (auto& [request, why] : dropped) {
+    metrics_->OnRejected(why.code() == Status::Code::kCancelled ? "cancelled" : "deadline");
+    request->finish(why, nullptr, 0);
+  }
+  if (batch->empty()) return NextBatch(batch);  // everything taken had expired
+  return true;
+}
+
+void Batcher::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+int64_t Batcher::depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace jagrank

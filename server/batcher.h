@@ -1,0 +1,99 @@
+// Batcher: the dynamic batching policy, and nothing else. It owns the queue
+// of accepted requests and decides which of them form the next batch:
+//   - a batch closes when the queued work reaches any budget (requests,
+//     candidates, history tokens, attention cost = sum of L^2) or when the
+//     oldest queued request has waited max_queue_delay_us;
+//   - requests leave in arrival order; a single request above a budget runs
+//     alone instead of failing;
+//   - a full queue refuses at once (RESOURCE_EXHAUSTED);
+//   - requests whose deadline passed or whose client cancelled are finished
+//     with DEADLINE_EXCEEDED / CANCELLED when they reach the head of the
+//     queue, never handed to the executor.
+// It never touches a device or the model; the executor (server/executor.h)
+// pulls batches with NextBatch.
+#ifndef JAGRANK_SERVER_BATCHER_H_
+#define JAGRANK_SERVER_BATCHER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "jagrank/v1/ranker.pb.h"
+#include "kernels/status.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+
+namespace jagrank {
+
+using Clock = std::chrono::steady_clock;
+
+// One accepted Rank call on its way through the batcher and the executor.
+struct QueuedRequest {
+  // The validated request; owned by the RPC, valid until `finish` is called.
+  const v1::RankRequest* request = nullptr;
+  // Work it brings to a batch (history counted after truncation).
+  int64_t candidates = 0;
+  int64_t history_tokens = 0;
+  int64_t attention_cost = 0;  // kept history length squared
+  Clock::time_point arrival = Clock::now();
+  Clock::time_point deadline = Clock::time_point::max();
+  // True once the client has gone away; may be empty (never cancelled).
+  std::function<bool()> is_cancelled;
+  // Completes the call: called exactly once, from any thread, with OK and
+  // `count` scores, or with an error (scores == nullptr). After it returns
+  // `request` may be gone.
+  std::function<void(const Status& status, const float* scores, int64_t count)> finish;
+
+  // True when the request must not be computed any more; fills `why`.
+  bool Expired(Clock::time_point now, Status* why) const;
+};
+
+class Batcher {
+ public:
+  // `metrics` must outlive the batcher.
+  Batcher(const BatchingConfig& config, ServerMetrics* metrics);
+  ~Batcher();
+
+  // Queues `*request` and takes ownership of it (then *request is null).
+  // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued and
+  // UNAVAILABLE after Close(); on failure the caller keeps *request and must
+  // finish it. Never blocks on the executor. Thread-safe.
+  Status Enqueue(std::unique_ptr<QueuedRequest>* request);
+
+  // Blocks until the policy closes a batch, then moves its requests into
+  // `*batch` (cleared first; at least one request). Requests that expired at
+  // the head of the queue are finished here, not returned. Returns false
+  // once Close() was called and the queue is empty. After Close() batches
+  // close at once (no waiting for the delay). Thread-safe; normally one
+  // caller (the executor's assembly thread).
+  bool NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch);
+
+  // Stops accepting; queued requests still come out of NextBatch.
+  void Close();
+
+  int64_t depth() const;
+
+ private:
+  bool BudgetReachedLocked() const;  // REQUIRES: mu_ held
+  std::unique_ptr<QueuedRequest> PopLocked();  // REQUIRES: mu_ held, queue not empty; takes the head out of the totals
+
+  const BatchingConfig config_;
+  ServerMetrics* const metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<QueuedRequest>> queue_;  // guarded by mu_
+  int64_t queued_candidates_ = 0;                     // guarded by mu_
+  int64_t queued_history_tokens_ = 0;                 // guarded by mu_
+  int64_t queued_attention_cost_ = 0;                 // guarded by mu_
+  bool closed_ = false;                               // guarded by mu_
+};
+
+}  // namespace jagrank
+
+#endif  // JAGRANK_SERVER_BATCHER_H_

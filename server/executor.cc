@@ -1,0 +1,130 @@
+#include "server/executor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "server/batch_assembly.h"
+
+namespace jagrank {
+namespace {
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+Executor::Executor(Model* model, Batcher* batcher, ServerMetrics* metrics)
+    : model_(model), batcher_(batcher), metrics_(metrics) {}
+
+Executor::~Executor() { Join(); }
+
+void Executor::Start() {
+  assembly_thread_ = std::thread([this] { AssembleLoop(); });
+  compute_thread_ = std::thread([this] { ComputeLoop(); });
+}
+
+void Executor::Join() {
+  if (assembly_thread_.joinable()) assembly_thread_.join();
+  if (compute_thread_.joinable()) compute_thread_.join();
+}
+
+void Executor::Assemble(Work* work) {
+  const Clock::time_point start = Clock::now();
+  std::vector<const v1::RankRequest*> protos;
+  protos.reserve(work->requests.size());
+  for (const auto& r : work->requests) protos.push_back(r->request);
+  AssembleBatch(protos, model_->config(), &work->batch, &work->padded_history_tokens);
+  work->assemble_seconds = SecondsSince(start);
+}
+
+void Executor::AssembleLoop() {
+  std::vector<std::unique_ptr<QueuedRequest>> requests;
+  while (batcher_->NextBatch(&requests)) {
+    std::unique_ptr<Work> work;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work = spare_ ? std::move(spare_) : std::make_unique<Work>();
+    }
+    work->requests = std::move(requests);
+    Assemble(work.get());
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return ready_ == nullptr; });
+    ready_ = std::move(work);
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  assembly_done_ = true;
+  cv_.notify_all();
+}
+
+void Executor::ComputeLoop() {
+  for (;;) {
+    std::unique_ptr<Work> work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
+      if (ready_ == nullptr) return;  // assembly finished and nothing is left
+      work = std::move(ready_);
+      cv_.notify_all();  // the assembly thread may hand over the next batch
+    }
+    Compute(work.get());
+    work->requests.clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_ = std::move(work);
+  }
+}
+
+void Executor::Compute(Work* work) {
+  // A request may have expired while its batch waited for this thread: drop
+  // it now and rebuild the batch without it, so that it is never computed.
+  const Clock::time_point now = Clock::now();
+  auto alive_end = std::stable_partition(work->requests.begin(), work->requests.end(), [&](const auto& r) {
+    Status why;
+    return !r->Expired(now, &why);
+  });
+  if (alive_end != work->requests.end()) {
+    for (auto it = alive_end; it != work->requests.end(); ++it) {
+      Status why;
+      (*it)->Expired(now, &why);
+      metrics_->OnRejected(why.code() == Status::Code::kCancelled ? "cancelled" : "deadline");
+      (*it)->finish(why, nullptr, 0);
+    }
+    work->requests.erase(alive_end, work->requests.end());
+    if (work->requests.empty()) return;
+    Assemble(work);
+  }
+
+  const Clock::time_point start = Clock::now();
+  for (const auto& r : work->requests) {
+    metrics_->OnQueueLatency(std::chrono::duration<double>(start - r->arrival).count());
+  }
+  std::vector<float> scores;
+  Status status = model_->Forward(work->batch, &scores);
+  const double compute_seconds = SecondsSince(start);
+  if (status.ok() && static_cast<int64_t>(scores.size()) != work->batch.num_candidates()) {
+    status = Status::Internal("model returned " + std::to_string(scores.size()) + " scores for " +
+                              std::to_string(work->batch.num_candidates()) + " candidates");
+  }
+  if (!status.ok()) {
+    const Status error = Status::Internal("forward failed: " + status.ToString());
+    for (const auto& r : work->requests) r->finish(error, nullptr, 0);
+  } else {
+    const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
+    for (size_t i = 0; i < work->requests.size(); ++i) {
+      work->requests[i]->finish(Status::Ok(), scores.data() + offsets[i], offsets[i + 1] - offsets[i]);
+    }
+  }
+
+  BatchStats stats;
+  stats.requests = work->batch.num_requests;
+  stats.candidates = work->batch.num_candidates();
+  stats.history_tokens = work->batch.num_history_tokens();
+  stats.padded_history_tokens = work->padded_history_tokens;
+  stats.assemble_seconds = work->assemble_seconds;
+  stats.compute_seconds = compute_seconds;
+  metrics_->OnBatch(stats);
+  metrics_->SetMemory(model_->Memory());
+}
+
+}  // namespace jagrank

@@ -1,0 +1,144 @@
+// jagrank-server: see DESIGN.md "Server". Flags override --config (which
+// defaults to the embedded config/server.yaml).
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <thread>
+
+#include "server/flags.h"
+#include "server/metrics.h"
+#include "server/prometheus_metrics.h"
+#include "server/server.h"
+#include "server/server_config.h"
+
+namespace jagrank {
+namespace {
+
+Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
+  std::string config_path, grpc_address, metrics_address, device, model_config, model_weights, attention,
+      log_level;
+  int64_t max_queue_delay_us = 0, max_batch_candidates = 0;
+  int max_queue_requests = 0, max_batch_requests = 0, max_candidates_per_request = 0, cpu_threads = 0;
+  FlagParser flags("jagrank-server: the jagrank gRPC ranking server");
+  flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
+  flags.Add("grpc-address", &grpc_address, "gRPC listen address host:port");
+  flags.Add("metrics-address", &metrics_address, "Prometheus /metrics address host:port ('' = off)");
+  flags.Add("device", &device, "auto | cpu | cuda | cuda:N");
+  flags.Add("model-config", &model_config, "model YAML (default: the embedded config/model.yaml)");
+  flags.Add("model-weights", &model_weights, "safetensors weights (default: random from the config's seed)");
+  flags.Add("attention", &attention, "jagged | padded_flash | padded_dense");
+  flags.Add("max-queue-delay-us", &max_queue_delay_us, "batcher: longest wait of the oldest request");
+  flags.Add("max-batch-candidates", &max_batch_candidates, "batcher: candidate rows per batch");
+  flags.Add("max-batch-requests", &max_batch_requests, "batcher: requests per batch");
+  flags.Add("max-queue-requests", &max_queue_requests, "queued requests before RESOURCE_EXHAUSTED");
+  flags.Add("max-candidates-per-request", &max_candidates_per_request, "INVALID_ARGUMENT above this");
+  flags.Add("cpu-threads", &cpu_threads, "CPU backend threads (0 = all cores)");
+  flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
+  RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    *help = true;
+    return Status::Ok();
+  }
+  if (flags.IsSet("config")) {
+    RETURN_IF_ERROR(LoadServerConfig(config_path, config));
+  } else {
+    Status s = ParseServerConfig(EmbeddedServerYaml(), config);
+    if (!s.ok()) return Status(s.code(), "embedded config/server.yaml: " + s.message());
+  }
+  if (flags.IsSet("grpc-address")) config->grpc_address = grpc_address;
+  if (flags.IsSet("metrics-address")) config->metrics_address = metrics_address;
+  if (flags.IsSet("device")) config->device = device;
+  if (flags.IsSet("model-config")) config->model_config = model_config;
+  if (flags.IsSet("model-weights")) config->model_weights = model_weights;
+  if (flags.IsSet("attention")) config->attention = attention;
+  if (flags.IsSet("log-level")) config->log_level = log_level;
+  if (flags.IsSet("cpu-threads")) config->cpu_threads = cpu_threads;
+  if (flags.IsSet("max-candidates-per-request")) config->max_candidates_per_request = max_candidates_per_request;
+  if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
+  if (flags.IsSet("max-batch-candidates")) config->batching.max_batch_candidates = max_batch_candidates;
+  if (flags.IsSet("max-batch-requests")) config->batching.max_batch_requests = max_batch_requests;
+  if (flags.IsSet("max-queue-requests")) config->batching.max_queue_requests = max_queue_requests;
+  return ValidateServerConfig(*config);
+}
+
+int Main(int argc, char** argv) {
+  ServerConfig config;
+  bool help = false;
+  Status s = ParseArgs(argc, argv, &config, &help);
+  if (!s.ok()) {
+    std::fprintf(stderr, "jagrank-server: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  if (help) return 0;
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+
+  // Signals go to the thread that sigwait()s below: block them before any
+  // other thread (gRPC, executor, exposer) exists so all threads inherit it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  NullMetrics null_metrics;
+  std::unique_ptr<PrometheusMetrics> prometheus;
+  ServerMetrics* metrics = &null_metrics;
+  if (!config.metrics_address.empty()) {
+    s = PrometheusMetrics::Create(config.metrics_address, &prometheus);
+    if (!s.ok()) {
+      spdlog::critical("metrics: {}", s.ToString());
+      return 1;
+    }
+    metrics = prometheus.get();
+  }
+
+  std::unique_ptr<JagrankServer> server;
+  s = JagrankServer::Create(config, metrics, &server);
+  if (!s.ok()) {
+    spdlog::critical("start failed: {}", s.ToString());
+    return 1;
+  }
+  const Model& model = server->model();
+  spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(),
+               model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
+               ServerConfigSummary(config));
+
+  // First signal: drain on a helper thread. A second one: exit at once.
+  std::atomic<bool> drained{false};
+  Status drain_status;
+  std::thread drainer;
+  for (;;) {
+    timespec tick{0, 100 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (drained.load()) break;
+    if (sig < 0) continue;
+    if (drainer.joinable()) {
+      spdlog::warn("second signal {} during drain: exiting now", sig);
+      std::_Exit(1);
+    }
+    spdlog::info("signal {}: draining (send it again to exit at once)", sig);
+    drainer = std::thread([&] {
+      drain_status = server->Drain();
+      drained.store(true);
+    });
+  }
+  drainer.join();
+  if (!drain_status.ok()) {
+    spdlog::error("drain: {}", drain_status.ToString());
+    std::_Exit(1);
+  }
+  server.reset();
+  spdlog::info("jagrank-server exited cleanly");
+  return 0;
+}
+
+}  // namespace
+}  // namespace jagrank
+
+int main(int argc, char** argv) { return jagrank::Main(argc, argv); }

@@ -1,0 +1,185 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <future>
+#include <thread>
+#include <utility>
+
+#include "kernels/cuda_check.h"
+#include "model/weights.h"
+#include "server/batch_assembly.h"
+
+namespace jagrank {
+namespace {
+
+Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, const std::string& device,
+                  std::unique_ptr<Model>* out) {
+  ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
+  if (!config.model_weights.empty()) {
+    RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
+  }
+  ModelOptions options;
+  options.device = device;
+  options.cpu_threads = config.cpu_threads;
+  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  return Model::Create(model_config, std::move(weights), options, out);
+}
+
+// Requests of every history shape the model meets (empty, short, full).
+std::vector<v1::RankRequest> WarmupRequests(const ModelConfig& c) {
+  std::vector<v1::RankRequest> requests;
+  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len + 1};
+  for (int i = 0; i < 4; ++i) {
+    v1::RankRequest r;
+    for (int j = 0; j < c.num_dense_features; ++j) r.add_dense_features(0.1f * j);
+    for (const SparseFeatureConfig& f : c.sparse_features) (*r.mutable_sparse_features())[f.name].add_ids(i);
+    for (int j = 0; j < lengths[i]; ++j) r.add_history(j * 7919 + i);
+    for (int j = 0; j < 8; ++j) r.add_candidate_item_ids(j * 104729 + i);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+}  // namespace
+
+Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
+  ModelConfig model_config;
+  if (!config.model_config.empty()) {
+    RETURN_IF_ERROR(LoadModelConfig(config.model_config, &model_config));
+  } else {
+    Status s = DefaultModelConfig(&model_config);
+    if (!s.ok()) return Status(s.code(), "embedded config/model.yaml: " + s.message());
+  }
+  std::string device = config.device;
+  if (device == "auto") device = CudaDeviceAvailable() ? "cuda:0" : "cpu";
+  return BuildModel(model_config, config, device, out);
+}
+
+JagrankServer::JagrankServer(const ServerConfig& config, ServerMetrics* metrics)
+    : config_(config), metrics_(metrics) {}
+
+JagrankServer::~JagrankServer() { Drain(); }
+
+Status JagrankServer::Create(const ServerConfig& config, ServerMetrics* metrics,
+                             std::unique_ptr<JagrankServer>* out) {
+  RETURN_IF_ERROR(ValidateServerConfig(config));
+  std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
+  RETURN_IF_ERROR(server->Start());
+  std::unique_ptr<Model> model;
+  const Clock::time_point start = Clock::now();
+  RETURN_IF_ERROR(LoadModel(config, &model));
+  spdlog::info("model {} version {} loaded on {} in {:.2f} s ({} MiB of weights)", model->config().name,
+               model->version(), model->device(),
+               std::chrono::duration<double>(Clock::now() - start).count(),
+               model->Memory().weights_bytes >> 20);
+  RETURN_IF_ERROR(server->Ready(std::move(model)));
+  *out = std::move(server);
+  return Status::Ok();
+}
+
+Status JagrankServer::CreateWithModel(const ServerConfig& config, std::unique_ptr<Model> model,
+                                      ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out) {
+  RETURN_IF_ERROR(ValidateServerConfig(config));
+  std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
+  RETURN_IF_ERROR(server->Start());
+  RETURN_IF_ERROR(server->Ready(std::move(model)));
+  *out = std::move(server);
+  return Status::Ok();
+}
+
+Status JagrankServer::Start() {
+  service_ = std::make_unique<RankerService>(config_, metrics_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(config_.keepalive_min_client_ping_interval_ms));
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port_ == 0) {
+    return Status::Unavailable("cannot listen on grpc_address '" + config_.grpc_address + "'");
+  }
+  SetHealth(false);
+  return Status::Ok();
+}
+
+Status JagrankServer::Ready(std::unique_ptr<Model> model) {
+  model_ = std::move(model);
+  // Warm-up: first-touch allocations, workspace pools, kernel loading.
+  const std::vector<v1::RankRequest> requests = WarmupRequests(model_->config());
+  std::vector<const v1::RankRequest*> pointers;
+  for (const v1::RankRequest& r : requests) pointers.push_back(&r);
+  Batch batch;
+  int64_t padded = 0;
+  AssembleBatch(pointers, model_->config(), &batch, &padded);
+  std::vector<float> scores;
+  for (int i = 0; i < config_.warmup_batches; ++i) {
+    Status s = model_->Forward(batch, &scores);
+    if (!s.ok()) return Status(s.code(), "warm-up forward failed: " + s.message());
+  }
+  metrics_->SetMemory(model_->Memory());
+  batcher_ = std::make_unique<Batcher>(config_.batching, metrics_);
+  executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
+  executor_->Start();
+  service_->SetReady(model_.get(), batcher_.get());
+  SetHealth(true);
+  return Status::Ok();
+}
+
+void JagrankServer::SetHealth(bool serving) {
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kRankerServiceName, serving);
+}
+
+Status JagrankServer::Drain() {
+  std::lock_guard<std::mutex> lock(drain_mu_);
+  if (drained_) return drain_status_;
+  drained_ = true;
+  if (grpc_server_ == nullptr) return drain_status_;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
+  SetHealth(false);
+  service_->SetDraining();
+  spdlog::info("draining: NOT_SERVING, refusing new calls, finishing {} accepted", service_->inflight());
+  if (batcher_ != nullptr) {
+    batcher_->Close();
+    // Join on a helper thread so that a stuck forward cannot hold the drain
+    // past its timeout.
+    auto joined = std::make_shared<std::promise<void>>();
+    std::future<void> done = joined->get_future();
+    std::thread([executor = executor_.get(), joined] {
+      executor->Join();
+      joined->set_value();
+    }).detach();
+    if (done.wait_until(give_up) != std::future_status::ready) {
+      drain_status_ = Status::DeadlineExceeded("drain: accepted requests not finished after drain_timeout_ms = " +
+                                               std::to_string(config_.drain_timeout_ms));
+      spdlog::error("{}", drain_status_.message());
+      grpc_server_->Shutdown(std::chrono::system_clock::now());
+      // The executor may still be inside Forward: keep everything it can
+      // touch alive; the caller is expected to exit the process now.
+      (void)executor_.release();
+      (void)batcher_.release();
+      (void)model_.release();
+      (void)service_.release();
+      return drain_status_;
+    }
+  }
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc_server_->Wait();
+  spdlog::info("drained in {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
+  return drain_status_;
+}
+
+}  // namespace jagrank

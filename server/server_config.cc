@@ -1,0 +1,178 @@
+#include "server/server_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace jagrank {
+namespace {
+
+template <typename T>
+Status Read(const YAML::Node& node, const std::string& key, T* out) {
+  try {
+    *out = node.as<T>();
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument("server config key '" + key + "': cannot read value: " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status ParseBatching(const YAML::Node& node, BatchingConfig* b) {
+  if (!node.IsMap()) return Status::InvalidArgument("server config key 'batching': must be a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string full = "batching." + key;
+    const YAML::Node& v = kv.second;
+    if (key == "max_queue_delay_us") {
+      RETURN_IF_ERROR(Read(v, full, &b->max_queue_delay_us));
+    } else if (key == "max_batch_requests") {
+      RETURN_IF_ERROR(Read(v, full, &b->max_batch_requests));
+    } else if (key == "max_batch_candidates") {
+      RETURN_IF_ERROR(Read(v, full, &b->max_batch_candidates));
+    } else if (key == "max_batch_history_tokens") {
+      RETURN_IF_ERROR(Read(v, full, &b->max_batch_history_tokens));
+    } else if (key == "max_batch_attention_cost") {
+      RETURN_IF_ERROR(Read(v, full, &b->max_batch_attention_cost));
+    } else if (key == "max_queue_requests") {
+      RETURN_IF_ERROR(Read(v, full, &b->max_queue_requests));
+    } else {
+      return Status::InvalidArgument("server config: unknown key '" + full + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Positive(int64_t value, const char* name) {
+  if (value <= 0) {
+    return Status::InvalidArgument(std::string("server config ") + name + " = " + std::to_string(value) +
+                                   ": must be > 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("server config: YAML error: ") + e.what());
+  }
+  ServerConfig c;
+  if (root.IsNull()) {
+    *out = c;
+    return Status::Ok();
+  }
+  if (!root.IsMap()) return Status::InvalidArgument("server config: top level must be a map");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (key == "grpc_address") {
+      RETURN_IF_ERROR(Read(v, key, &c.grpc_address));
+    } else if (key == "metrics_address") {
+      RETURN_IF_ERROR(Read(v, key, &c.metrics_address));
+    } else if (key == "device") {
+      RETURN_IF_ERROR(Read(v, key, &c.device));
+    } else if (key == "model_config") {
+      RETURN_IF_ERROR(Read(v, key, &c.model_config));
+    } else if (key == "model_weights") {
+      RETURN_IF_ERROR(Read(v, key, &c.model_weights));
+    } else if (key == "attention") {
+      RETURN_IF_ERROR(Read(v, key, &c.attention));
+    } else if (key == "cpu_threads") {
+      RETURN_IF_ERROR(Read(v, key, &c.cpu_threads));
+    } else if (key == "max_candidates_per_request") {
+      RETURN_IF_ERROR(Read(v, key, &c.max_candidates_per_request));
+    } else if (key == "max_request_bytes") {
+      RETURN_IF_ERROR(Read(v, key, &c.max_request_bytes));
+    } else if (key == "grpc_max_receive_message_bytes") {
+      RETURN_IF_ERROR(Read(v, key, &c.grpc_max_receive_message_bytes));
+    } else if (key == "keepalive_time_ms") {
+      RETURN_IF_ERROR(Read(v, key, &c.keepalive_time_ms));
+    } else if (key == "keepalive_timeout_ms") {
+      RETURN_IF_ERROR(Read(v, key, &c.keepalive_timeout_ms));
+    } else if (key == "keepalive_min_client_ping_interval_ms") {
+      RETURN_IF_ERROR(Read(v, key, &c.keepalive_min_client_ping_interval_ms));
+    } else if (key == "warmup_batches") {
+      RETURN_IF_ERROR(Read(v, key, &c.warmup_batches));
+    } else if (key == "drain_timeout_ms") {
+      RETURN_IF_ERROR(Read(v, key, &c.drain_timeout_ms));
+    } else if (key == "log_level") {
+      RETURN_IF_ERROR(Read(v, key, &c.log_level));
+    } else if (key == "batching") {
+      RETURN_IF_ERROR(ParseBatching(v, &c.batching));
+    } else {
+      return Status::InvalidArgument("server config: unknown key '" + key + "'");
+    }
+  }
+  RETURN_IF_ERROR(ValidateServerConfig(c));
+  *out = c;
+  return Status::Ok();
+}
+
+Status LoadServerConfig(const std::string& path, ServerConfig* out) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("server config file '" + path + "' cannot be opened");
+  std::stringstream text;
+  text << in.rdbuf();
+  Status s = ParseServerConfig(text.str(), out);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  return Status::Ok();
+}
+
+Status ValidateServerConfig(const ServerConfig& c) {
+  if (c.grpc_address.empty()) return Status::InvalidArgument("server config grpc_address: must not be empty");
+  static const std::set<std::string> kAttention = {"jagged", "padded_flash", "padded_dense"};
+  if (!kAttention.count(c.attention)) {
+    return Status::InvalidArgument("server config attention = '" + c.attention +
+                                   "': must be jagged, padded_flash or padded_dense");
+  }
+  if (c.device != "auto" && c.device != "cpu" && c.device.rfind("cuda", 0) != 0) {
+    return Status::InvalidArgument("server config device = '" + c.device + "': must be auto, cpu, cuda or cuda:N");
+  }
+  if (c.cpu_threads < 0) return Status::InvalidArgument("server config cpu_threads: must be >= 0");
+  RETURN_IF_ERROR(Positive(c.max_candidates_per_request, "max_candidates_per_request"));
+  RETURN_IF_ERROR(Positive(c.max_request_bytes, "max_request_bytes"));
+  if (c.grpc_max_receive_message_bytes < c.max_request_bytes || c.grpc_max_receive_message_bytes > INT32_MAX) {
+    return Status::InvalidArgument("server config grpc_max_receive_message_bytes = " +
+                                   std::to_string(c.grpc_max_receive_message_bytes) +
+                                   ": must be in [max_request_bytes, 2^31-1]");
+  }
+  RETURN_IF_ERROR(Positive(c.keepalive_time_ms, "keepalive_time_ms"));
+  RETURN_IF_ERROR(Positive(c.keepalive_timeout_ms, "keepalive_timeout_ms"));
+  RETURN_IF_ERROR(Positive(c.keepalive_min_client_ping_interval_ms, "keepalive_min_client_ping_interval_ms"));
+  if (c.warmup_batches < 0) return Status::InvalidArgument("server config warmup_batches: must be >= 0");
+  RETURN_IF_ERROR(Positive(c.drain_timeout_ms, "drain_timeout_ms"));
+  const BatchingConfig& b = c.batching;
+  if (b.max_queue_delay_us < 0) {
+    return Status::InvalidArgument("server config batching.max_queue_delay_us: must be >= 0");
+  }
+  RETURN_IF_ERROR(Positive(b.max_batch_requests, "batching.max_batch_requests"));
+  RETURN_IF_ERROR(Positive(b.max_batch_candidates, "batching.max_batch_candidates"));
+  RETURN_IF_ERROR(Positive(b.max_batch_history_tokens, "batching.max_batch_history_tokens"));
+  RETURN_IF_ERROR(Positive(b.max_batch_attention_cost, "batching.max_batch_attention_cost"));
+  RETURN_IF_ERROR(Positive(b.max_queue_requests, "batching.max_queue_requests"));
+  return Status::Ok();
+}
+
+std::string ServerConfigSummary(const ServerConfig& c) {
+  std::ostringstream s;
+  s << "grpc=" << c.grpc_address << " metrics=" << (c.metrics_address.empty() ? "off" : c.metrics_address)
+    << " device=" << c.device << " attention=" << c.attention
+    << " model_config=" << (c.model_config.empty() ? "<embedded>" : c.model_config)
+    << " weights=" << (c.model_weights.empty() ? "<random from seed>" : c.model_weights)
+    << " max_queue_delay_us=" << c.batching.max_queue_delay_us
+    << " max_batch_requests=" << c.batching.max_batch_requests
+    << " max_batch_candidates=" << c.batching.max_batch_candidates
+    << " max_batch_history_tokens=" << c.batching.max_batch_history_tokens
+    << " max_batch_attention_cost=" << c.batching.max_batch_attention_cost
+    << " max_queue_requests=" << c.batching.max_queue_requests
+    << " max_candidates_per_request=" << c.max_candidates_per_request
+    << " max_request_bytes=" << c.max_request_bytes;
+  return s.str();
+}
+
+}  // namespace jagrank

@@ -1,0 +1,57 @@
+// ServerConfig: every knob of jagrank-server, parsed once from
+// config/server.yaml (yaml-cpp) and then overridden by command-line flags.
+// Everything below main takes `const ServerConfig&`. Units are in the names.
+#ifndef JAGRANK_SERVER_SERVER_CONFIG_H_
+#define JAGRANK_SERVER_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/status.h"
+
+namespace jagrank {
+
+// The dynamic batcher's policy (server/batcher.h). A batch closes when any
+// budget is reached or the oldest queued request has waited
+// max_queue_delay_us; a single request above a budget runs alone.
+struct BatchingConfig {
+  int64_t max_queue_delay_us = 2000;          // longest wait of the oldest request before its batch closes
+  int max_batch_requests = 256;               // requests per batch
+  int64_t max_batch_candidates = 16384;       // candidate rows per batch
+  int64_t max_batch_history_tokens = 131072;  // sum of kept history lengths per batch
+  int64_t max_batch_attention_cost = 64LL << 20;  // sum of L^2 over the batch's kept histories
+  int max_queue_requests = 2048;              // queued (accepted, not yet computing) requests; more -> RESOURCE_EXHAUSTED
+};
+
+struct ServerConfig {
+  std::string grpc_address = "0.0.0.0:8500";     // host:port of the gRPC listener (port 0 = pick one)
+  std::string metrics_address = "0.0.0.0:9100";  // host:port of /metrics; empty = no metrics endpoint
+  std::string device = "auto";                   // auto | cpu | cuda | cuda:N
+  std::string model_config;                      // model YAML path; empty = the embedded config/model.yaml
+  std::string model_weights;                     // safetensors path; empty = random weights from the config's seed
+  std::string attention = "jagged";              // jagged | padded_flash | padded_dense
+  int cpu_threads = 0;                           // CPU backend threads; 0 = all cores
+  int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT
+  int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
+  int64_t grpc_max_receive_message_bytes = 16LL << 20;  // transport cap; above it gRPC answers RESOURCE_EXHAUSTED
+  int64_t keepalive_time_ms = 30000;             // server pings an idle connection this often
+  int64_t keepalive_timeout_ms = 10000;          // and closes it when the ping is not answered in time
+  int64_t keepalive_min_client_ping_interval_ms = 10000;  // clients may ping no more often than this
+  int warmup_batches = 2;                        // forward passes before reporting SERVING
+  int64_t drain_timeout_ms = 30000;              // drain longer than this: cancel what is left
+  std::string log_level = "info";                // trace | debug | info | warn | error
+  BatchingConfig batching;
+};
+
+// Parses YAML text (keys as the field names above; batching keys nested under
+// `batching:`). Unknown keys are errors that name the key.
+Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out);
+Status LoadServerConfig(const std::string& path, ServerConfig* out);
+// Checks ranges; the error names the field and the limit.
+Status ValidateServerConfig(const ServerConfig& config);
+// One line for the start-up log.
+std::string ServerConfigSummary(const ServerConfig& config);
+
+}  // namespace jagrank
+
+#endif  // JAGRANK_SERVER_SERVER_CONFIG_H_

@@ -1,0 +1,369 @@
+// jagrank-loadgen: drives a jagrank server with Rank calls and reports QPS,
+// candidates/s, latency percentiles and errors by code (table + JSON).
+//   closed loop: --concurrency N calls always outstanding
+//   open loop:   --rate R calls/s with Poisson (exponential) inter-arrivals
+// Workload: history lengths log-normal (median --history-median, shape
+// --history-sigma) capped at --history-max (default: the model's
+// max_history_len), candidates uniform in [--candidates-min, --candidates-max].
+// A pool of requests is generated up front so the client's own cost stays low.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jagrank/v1/ranker.grpc.pb.h"
+#include "server/flags.h"
+
+namespace jagrank {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct Options {
+  std::string address = "localhost:8500";
+  int concurrency = 8;         // closed loop: outstanding calls
+  double rate = 0;             // open loop when > 0: calls per second
+  double duration_s = 10;      // measured window
+  double warmup_s = 2;         // load before the window, not measured
+  double history_median = 100;
+  double history_sigma = 1.0;
+  int history_max = 0;         // 0 = the model's max_history_len
+  int candidates_min = 50;
+  int candidates_max = 500;
+  int sparse_ids_max = 4;      // ids per sparse feature, uniform in [1, this]
+  int pool = 512;              // distinct requests generated up front
+  int channels = 4;            // separate HTTP/2 connections
+  int64_t timeout_ms = 5000;   // per-call deadline
+  int max_outstanding = 20000; // open loop: calls beyond this are counted as CLIENT_OVERLOAD, not sent
+  int64_t seed = 1;
+  std::string json_out;
+  std::string label;
+};
+
+struct Call {
+  grpc::ClientContext context;
+  v1::RankResponse response;
+  SteadyClock::time_point start;
+  int candidates = 0;
+  bool measured = false;
+};
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t i = static_cast<size_t>(std::floor(p * sorted.size()));
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+class LoadGen {
+ public:
+  LoadGen(const Options& options, const v1::ModelInfo& info) : options_(options), info_(info) {
+    for (int i = 0; i < options_.channels; ++i) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
+      args.SetInt("jagrank.loadgen.channel", i);
+      args.SetMaxReceiveMessageSize(64 << 20);
+      stubs_.push_back(v1::Ranker::NewStub(
+          grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args)));
+    }
+    MakePool();
+  }
+
+  nlohmann::json Run() {
+    const bool open_loop = options_.rate > 0;
+    const auto start = SteadyClock::now();
+    const auto measure_at = start + Seconds(options_.warmup_s);
+    const auto end_at = measure_at + Seconds(options_.duration_s);
+    std::thread pacer;
+    if (open_loop) {
+      pacer = std::thread([this, end_at] { OpenLoop(end_at); });
+    } else {
+      for (int i = 0; i < options_.concurrency; ++i) Issue();
+    }
+    // Progress: one line per second on stderr.
+    int64_t last_done = 0;
+    for (auto tick = start + std::chrono::seconds(1); tick < end_at + std::chrono::milliseconds(1);
+         tick += std::chrono::seconds(1)) {
+      std::this_thread::sleep_until(std::min(tick, end_at));
+      if (!measuring_.load() && SteadyClock::now() >= measure_at) measuring_.store(true);
+      const int64_t done = completed_.load();
+      std::fprintf(stderr, "\r[%5.1fs %s] %7.0f calls/s  outstanding %5lld  ok %9lld  errors %lld   ",
+                   std::chrono::duration<double>(SteadyClock::now() - start).count(),
+                   SteadyClock::now() < measure_at ? "warm-up" : "measure", static_cast<double>(done - last_done),
+                   static_cast<long long>(outstanding_.load()), static_cast<long long>(ok_total_.load()),
+                   static_cast<long long>(errors_total_.load()));
+      last_done = done;
+    }
+    measuring_.store(false);
+    stopping_.store(true);
+    if (pacer.joinable()) pacer.join();
+    // Bounded wait for the calls still out (each has a deadline).
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_.wait_for(lock, std::chrono::milliseconds(options_.timeout_ms + 5000),
+                     [&] { return outstanding_.load() == 0; });
+    }
+    std::fprintf(stderr, "\n");
+    return Report(open_loop);
+  }
+
+ private:
+  static SteadyClock::duration Seconds(double s) {
+    return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
+  }
+
+  void MakePool() {
+    std::mt19937_64 rng(options_.seed);
+    const int history_max = options_.history_max > 0 ? options_.history_max : info_.max_history_len();
+    std::lognormal_distribution<double> history_len(std::log(std::max(1.0, options_.history_median)),
+                                                    options_.history_sigma);
+    std::uniform_int_distribution<int> candidates(options_.candidates_min, options_.candidates_max);
+    std::uniform_int_distribution<int> sparse_count(1, std::max(1, options_.sparse_ids_max));
+    std::uniform_int_distribution<int64_t> item(0, 999999999);
+    std::normal_distribution<float> dense(0.0f, 1.0f);
+    for (int i = 0; i < options_.pool; ++i) {
+      v1::RankRequest r;
+      r.set_request_id("loadgen-" + std::to_string(i));
+      for (int j = 0; j < info_.num_dense_features(); ++j) r.add_dense_features(dense(rng));
+      for (const std::string& name : info_.sparse_feature_names()) {
+        auto* ids = (*r.mutable_sparse_features())[name].mutable_ids();
+        for (int k = sparse_count(rng); k > 0; --k) ids->Add(item(rng));
+      }
+      const int len = std::clamp(static_cast<int>(std::lround(history_len(rng))), 1, history_max);
+      for (int k = 0; k < len; ++k) r.add_history(item(rng));
+      for (int k = candidates(rng); k > 0; --k) r.add_candidate_item_ids(item(rng));
+      history_tokens_ += len;
+      pool_candidates_ += r.candidate_item_ids_size();
+      pool_.push_back(std::move(r));
+    }
+  }
+
+  void Issue() {
+    const int64_t n = next_.fetch_add(1);
+    const v1::RankRequest& request = pool_[n % pool_.size()];
+    v1::Ranker::Stub* stub = stubs_[n % stubs_.size()].get();
+    auto* call = new Call;
+    call->start = SteadyClock::now();
+    call->measured = measuring_.load();
+    call->candidates = request.candidate_item_ids_size();
+    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
+    outstanding_.fetch_add(1);
+    stub->async()->Rank(&call->context, &request, &call->response,
+                        [this, call](grpc::Status status) { Done(call, status); });
+  }
+
+  void Done(Call* call, const grpc::Status& status) {
+    const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - call->start).count();
+    completed_.fetch_add(1);
+    if (status.ok()) {
+      ok_total_.fetch_add(1);
+    } else {
+      errors_total_.fetch_add(1);
+    }
+    if (call->measured) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status.ok()) {
+        latencies_ms_.push_back(ms);
+        candidates_ok_ += call->candidates;
+      } else {
+        errors_[CodeName(status.error_code())]++;
+        if (first_error_.empty()) first_error_ = status.error_message();
+      }
+    }
+    delete call;
+    const bool closed_loop = options_.rate <= 0;
+    if (closed_loop && !stopping_.load()) {
+      outstanding_.fetch_sub(1);
+      Issue();
+      return;
+    }
+    if (outstanding_.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.notify_all();
+    }
+  }
+
+  void OpenLoop(SteadyClock::time_point end_at) {
+    std::mt19937_64 rng(options_.seed + 1);
+    std::exponential_distribution<double> gap(options_.rate);
+    auto next = SteadyClock::now();
+    while (!stopping_.load()) {
+      next += Seconds(gap(rng));
+      if (next >= end_at) break;
+      std::this_thread::sleep_until(next);
+      if (outstanding_.load() >= options_.max_outstanding) {
+        if (measuring_.load()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          errors_["CLIENT_OVERLOAD"]++;
+        }
+        continue;
+      }
+      Issue();
+    }
+  }
+
+  static std::string CodeName(grpc::StatusCode code) {
+    static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                   "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                   "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+                                   "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    const int i = static_cast<int>(code);
+    return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
+  }
+
+  nlohmann::json Report(bool open_loop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<double> sorted = latencies_ms_;
+    std::sort(sorted.begin(), sorted.end());
+    double sum = 0;
+    for (double v : sorted) sum += v;
+    int64_t errors = 0;
+    for (const auto& [code, count] : errors_) errors += count;
+    nlohmann::json j;
+    j["label"] = options_.label;
+    j["address"] = options_.address;
+    j["mode"] = open_loop ? "open" : "closed";
+    j["concurrency"] = open_loop ? 0 : options_.concurrency;
+    j["target_rate"] = open_loop ? options_.rate : 0.0;
+    j["duration_s"] = options_.duration_s;
+    j["warmup_s"] = options_.warmup_s;
+    j["requests_ok"] = sorted.size();
+    j["requests_error"] = errors;
+    j["qps"] = sorted.size() / options_.duration_s;
+    j["candidates_per_s"] = candidates_ok_ / options_.duration_s;
+    j["latency_ms"] = {{"p50", Percentile(sorted, 0.50)},   {"p90", Percentile(sorted, 0.90)},
+                       {"p99", Percentile(sorted, 0.99)},   {"p99.9", Percentile(sorted, 0.999)},
+                       {"mean", sorted.empty() ? 0 : sum / sorted.size()},
+                       {"max", sorted.empty() ? 0 : sorted.back()}};
+    j["errors"] = errors_;
+    if (!first_error_.empty()) j["first_error"] = first_error_;
+    j["workload"] = {{"history_median", options_.history_median},
+                     {"history_sigma", options_.history_sigma},
+                     {"history_max", options_.history_max > 0 ? options_.history_max : info_.max_history_len()},
+                     {"mean_history_len", static_cast<double>(history_tokens_) / pool_.size()},
+                     {"candidates_min", options_.candidates_min},
+                     {"candidates_max", options_.candidates_max},
+                     {"mean_candidates", static_cast<double>(pool_candidates_) / pool_.size()},
+                     {"pool", options_.pool},
+                     {"channels", options_.channels}};
+    j["server"] = {{"model", info_.name()},     {"version", info_.version()},
+                   {"device", info_.device()}, {"attention", info_.attention()},
+                   {"max_history_len", info_.max_history_len()}};
+    return j;
+  }
+
+  const Options options_;
+  const v1::ModelInfo info_;
+  std::vector<std::unique_ptr<v1::Ranker::Stub>> stubs_;
+  std::vector<v1::RankRequest> pool_;
+  int64_t history_tokens_ = 0;
+  int64_t pool_candidates_ = 0;
+  std::atomic<int64_t> next_{0};
+  std::atomic<int64_t> outstanding_{0};
+  std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> ok_total_{0};
+  std::atomic<int64_t> errors_total_{0};
+  std::atomic<bool> measuring_{false};
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable idle_;
+  std::vector<double> latencies_ms_;      // guarded by mu_
+  int64_t candidates_ok_ = 0;             // guarded by mu_
+  std::map<std::string, int64_t> errors_; // guarded by mu_
+  std::string first_error_;               // guarded by mu_
+};
+
+void PrintTable(const nlohmann::json& j) {
+  const auto& l = j["latency_ms"];
+  std::printf("%-10s %-8s %6s %8s %10s %12s %9s %9s %9s %9s %9s\n", "label", "mode", "load", "seconds", "qps",
+              "candidates/s", "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "errors");
+  const std::string load = j["mode"] == "open" ? std::to_string(static_cast<int>(j["target_rate"].get<double>()))
+                                               : std::to_string(j["concurrency"].get<int>());
+  std::printf("%-10s %-8s %6s %8.1f %10.1f %12.0f %9.3f %9.3f %9.3f %9.3f %9lld\n",
+              j["label"].get<std::string>().c_str(), j["mode"].get<std::string>().c_str(), load.c_str(),
+              j["duration_s"].get<double>(), j["qps"].get<double>(), j["candidates_per_s"].get<double>(),
+              l["p50"].get<double>(), l["p90"].get<double>(), l["p99"].get<double>(), l["p99.9"].get<double>(),
+              static_cast<long long>(j["requests_error"].get<int64_t>()));
+  for (const auto& [code, count] : j["errors"].items()) {
+    std::printf("  error %-20s %lld\n", code.c_str(), static_cast<long long>(count.get<int64_t>()));
+  }
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  FlagParser flags(
+      "jagrank-loadgen: closed-loop (--concurrency) or open-loop Poisson (--rate) load against a jagrank server");
+  flags.Add("address", &o.address, "server host:port");
+  flags.Add("concurrency", &o.concurrency, "closed loop: calls kept outstanding");
+  flags.Add("rate", &o.rate, "open loop: calls per second (Poisson); > 0 selects open loop");
+  flags.Add("duration-s", &o.duration_s, "measured seconds");
+  flags.Add("warmup-s", &o.warmup_s, "unmeasured seconds of load first");
+  flags.Add("history-median", &o.history_median, "median history length (log-normal)");
+  flags.Add("history-sigma", &o.history_sigma, "log-normal shape (sigma of log length)");
+  flags.Add("history-max", &o.history_max, "cap on history length (0 = the model's max_history_len)");
+  flags.Add("candidates-min", &o.candidates_min, "fewest candidates per request");
+  flags.Add("candidates-max", &o.candidates_max, "most candidates per request");
+  flags.Add("sparse-ids-max", &o.sparse_ids_max, "ids per sparse feature: uniform in [1, this]");
+  flags.Add("pool", &o.pool, "distinct requests generated up front");
+  flags.Add("channels", &o.channels, "gRPC connections");
+  flags.Add("timeout-ms", &o.timeout_ms, "per-call deadline");
+  flags.Add("max-outstanding", &o.max_outstanding, "open loop: cap on calls in flight");
+  flags.Add("seed", &o.seed, "workload seed");
+  flags.Add("json-out", &o.json_out, "write the result as JSON to this file");
+  flags.Add("label", &o.label, "free-form label copied into the result");
+  Status parsed = flags.Parse(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "jagrank-loadgen: %s\n", parsed.message().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (o.candidates_min < 1 || o.candidates_max < o.candidates_min || o.duration_s <= 0 || o.pool < 1 ||
+      o.channels < 1 || (o.rate <= 0 && o.concurrency < 1)) {
+    std::fprintf(stderr, "jagrank-loadgen: bad workload flags (see --help)\n");
+    return 2;
+  }
+  v1::ModelInfo info;
+  {
+    auto stub = v1::Ranker::NewStub(grpc::CreateChannel(o.address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.set_wait_for_ready(true);
+    grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (!status.ok()) {
+      std::fprintf(stderr, "jagrank-loadgen: GetModelInfo: %s\n", status.error_message().c_str());
+      return 1;
+    }
+  }
+  LoadGen loadgen(o, info);
+  const nlohmann::json result = loadgen.Run();
+  PrintTable(result);
+  if (!o.json_out.empty()) {
+    std::ofstream out(o.json_out);
+    out << result.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "jagrank-loadgen: cannot write %s\n", o.json_out.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace jagrank
+
+int main(int argc, char** argv) { return jagrank::Main(argc, argv); }
