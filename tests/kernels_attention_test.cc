@@ -181,6 +181,17 @@ TEST(JaggedAttentionCpuTest, LongSequenceBatchOfOne) {
   CheckAllPaths(pr, 1e-5);
 }
 
+TEST(JaggedAttentionCpuTest, LargeScoresStayFiniteAndAccurate) {
+  // Scores in the thousands: the softmax must subtract the row max (a plain
+  // exp overflows) and the clamped fast exp must not lose the winning keys.
+  std::mt19937_64 rng(16);
+  const auto lengths = testing::RandomLengths(rng, 6, 90);
+  Problem pr = MakeProblem(rng, lengths, lengths, 1, 64, 0);
+  for (float& x : pr.q) x *= 15.0f;
+  for (float& x : pr.k) x *= 15.0f;
+  CheckAllPaths(pr, 1e-4);
+}
+
 TEST(JaggedAttentionCpuTest, KeyValidLengthMasksPaddedKeys) {
   // The padded-flash layout: every sequence padded to N, true lengths in k_valid.
   std::mt19937_64 rng(14);
