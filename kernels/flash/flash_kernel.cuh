@@ -65,6 +65,19 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
+// 2^x on the FMA/ALU pipes: 2^x = 2^j 2^f, j = round(x), f in [-0.5, 0.5];
+// 2^f by a cubic through the Chebyshev nodes (relative error 1e-4, under
+// bf16's 2^-9 rounding of P). x is clamped at -126 so 2^j stays a normal
+// exponent; the result there (~1e-38) is as good as 0 for softmax weights.
+__device__ __forceinline__ float PolyExp2(float x) {
+  x = fmaxf(x, -126.f);
+  const float shifted = x + 12582912.f;  // 1.5 * 2^23: round(x) lands in the low mantissa bits
+  const float j = shifted - 12582912.f;
+  const float f = x - j;
+  const float p = fmaf(fmaf(fmaf(0.05583828f, f, 0.24263948f), f, 0.69313673f), f, 0.99992456f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+
 __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -239,7 +252,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[j][e] = FastExp2(fmaf(s[j][e], scale_log2, neg_max[e >> 1]));
+          const float x = fmaf(s[j][e], scale_log2, neg_max[e >> 1]);
+          s[j][e] = j < Traits::kPolyExpTiles ? PolyExp2(x) : FastExp2(x);
           row_sum[e >> 1] += s[j][e];
         }
       }

@@ -28,9 +28,10 @@ inline float ScaleLog2(const AttentionParams& params) {
   return params.softmax_scale * 1.4426950408889634f;  // log2(e): exp(x) = 2^(x log2 e)
 }
 
-template <int kHeadDim>
-Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream) {
-  using Traits = FlashBf16Traits<kHeadDim>;
+// Any FlashBf16Traits instantiation (the benchmark compares tile choices
+// through this); LaunchFlashBf16<kHeadDim> uses the shipped defaults.
+template <typename Traits>
+Status LaunchFlashBf16WithTraits(const AttentionParams& params, cudaStream_t stream) {
   const dim3 grid = FlashGrid(params, Traits::kBlockM);
   if (grid.x == 0 || grid.y == 0) return Status::Ok();
   auto* kernel = &FlashAttentionBf16Kernel<Traits>;
@@ -40,6 +41,11 @@ Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params));
   return CudaLaunchStatus("FlashAttentionBf16Kernel");
+}
+
+template <int kHeadDim>
+Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream) {
+  return LaunchFlashBf16WithTraits<FlashBf16Traits<kHeadDim>>(params, stream);
 }
 
 template <int kHeadDim>
