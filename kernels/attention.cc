@@ -243,6 +243,13 @@ Status JaggedAttentionCpu(const AttentionParams& params) {
   // long sequence does not leave the other threads idle behind a static split.
   const int64_t items = int64_t{p.batch} * p.num_heads;
   int64_t threads = p.num_threads > 0 ? p.num_threads : std::thread::hardware_concurrency();
+  // A thread costs ~32 us to start and join (measured); start one only for
+  // kMinFlopsPerThread of tile work (~80 us at the 49 GFLOP/s one thread does).
+  constexpr double kMinFlopsPerThread = 4e6;
+  double flops = 0.0;
+  for (int b = 0; b < p.batch; ++b) flops += 4.0 * JaggedLen(p.q_offsets, b) * ValidKeys(p, b);
+  flops *= double{1.0} * p.num_heads * p.head_dim;
+  threads = std::min<int64_t>(threads, static_cast<int64_t>(flops / kMinFlopsPerThread) + 1);
   threads = std::max<int64_t>(1, std::min(threads, items));
   std::atomic<int64_t> next{0};
   auto worker = [&p, &next, items]() {

@@ -1,5 +1,7 @@
 #include "kernels/padded.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -70,8 +72,9 @@ Status PaddedToJaggedCpu(const PaddedToJaggedParams& params) {
   return Status::Ok();
 }
 
-Status PaddedDenseAttentionCpu(const PaddedDenseAttentionParams& params) {
-  const PaddedDenseAttentionParams& p = params;
+namespace {
+
+Status ValidatePaddedDense(const PaddedDenseAttentionParams& p) {
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.batch, 0, "batch"));
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.max_q_len, 0, "max_q_len"));
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.max_k_len, 0, "max_k_len"));
@@ -80,14 +83,66 @@ Status PaddedDenseAttentionCpu(const PaddedDenseAttentionParams& params) {
   RETURN_IF_ERROR(cpu::CheckFloat32(p.dtype, "dtype"));
   RETURN_IF_ERROR(ValidateLengths(p.q_len, p.batch, p.max_q_len, "q_len"));
   RETURN_IF_ERROR(ValidateLengths(p.k_len, p.batch, p.max_k_len, "k_len"));
-  if (int64_t{p.batch} * p.max_q_len == 0) return Status::Ok();
+  if (int64_t{p.batch} * p.max_q_len == 0) return Status::Ok();  // nothing to read or write
   RETURN_IF_ERROR(cpu::CheckNotNull(p.q, "q"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.o, "o"));
   if (p.max_k_len > 0) {
     RETURN_IF_ERROR(cpu::CheckNotNull(p.k, "k"));
     RETURN_IF_ERROR(cpu::CheckNotNull(p.v, "v"));
   }
+  return Status::Ok();
+}
 
+}  // namespace
+
+Status PaddedDenseAttentionCpu(const PaddedDenseAttentionParams& params) {
+  const PaddedDenseAttentionParams& p = params;
+  RETURN_IF_ERROR(ValidatePaddedDense(p));
+  if (int64_t{p.batch} * p.max_q_len == 0) return Status::Ok();
+  const int H = p.num_heads, dh = p.head_dim, Nq = p.max_q_len, Nk = p.max_k_len;
+  const int token = H * dh;  // elements per token in q, k, v, o (the sgemm leading dimension)
+  const float* q = static_cast<const float*>(p.q);
+  const float* k = static_cast<const float*>(p.k);
+  const float* v = static_cast<const float*>(p.v);
+  float* o = static_cast<float*>(p.o);
+  std::vector<float> local_scores(p.workspace == nullptr ? static_cast<size_t>(Nq) * Nk : 0);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int h = 0; h < H; ++h) {
+      const int64_t head = int64_t{b} * Nq * token + int64_t{h} * dh;     // of q and o
+      const int64_t k_head = int64_t{b} * Nk * token + int64_t{h} * dh;   // of k and v
+      const int valid = p.k_len[b];
+      if (valid == 0) {
+        for (int i = 0; i < Nq; ++i) std::fill(o + head + int64_t{i} * token, o + head + int64_t{i} * token + dh, 0.0f);
+        continue;
+      }
+      float* s = p.workspace != nullptr ? p.workspace + (int64_t{b} * H + h) * Nq * Nk : local_scores.data();
+      // s[Nq, Nk] = scale * Q K^T over the whole padded block, as the baseline does.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Nq, Nk, dh, p.softmax_scale, q + head, token,
+                  k + k_head, token, 0.0f, s, Nk);
+      for (int i = 0; i < Nq; ++i) {
+        float* row = s + int64_t{i} * Nk;
+        const float row_max = *std::max_element(row, row + valid);
+        float sum = 0.0f;
+        for (int j = 0; j < valid; ++j) sum += (row[j] = std::exp(row[j] - row_max));
+        const float inv_sum = 1.0f / sum;
+        for (int j = 0; j < valid; ++j) row[j] *= inv_sum;
+        std::fill(row + valid, row + Nk, 0.0f);  // masked keys
+      }
+      // o[Nq, dh] = P V, then the padded query rows back to zeros.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Nq, dh, Nk, 1.0f, s, Nk, v + k_head, token, 0.0f,
+                  o + head, token);
+      for (int i = p.q_len[b]; i < Nq; ++i) {
+        std::fill(o + head + int64_t{i} * token, o + head + int64_t{i} * token + dh, 0.0f);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status PaddedDenseAttentionReferenceCpu(const PaddedDenseAttentionParams& params) {
+  const PaddedDenseAttentionParams& p = params;
+  RETURN_IF_ERROR(ValidatePaddedDense(p));
+  if (int64_t{p.batch} * p.max_q_len == 0) return Status::Ok();
   const int H = p.num_heads, dh = p.head_dim, Nq = p.max_q_len, Nk = p.max_k_len;
   const int64_t token = int64_t{H} * dh;  // elements per token in q, k, v, o
   const float* q = static_cast<const float*>(p.q);

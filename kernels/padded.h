@@ -63,11 +63,18 @@ inline int64_t PaddedDenseAttentionWorkspaceBytes(const PaddedDenseAttentionPara
   return int64_t{4} * params.batch * params.num_heads * params.max_q_len * params.max_k_len;
 }
 
-// CPU references; InvalidArgument naming the field on bad input. The
-// conversions accept both dtypes; PaddedDenseAttentionCpu is float32 only.
+// CPU versions; InvalidArgument naming the field on bad input. The
+// conversions accept both dtypes; the attentions are float32 only.
 Status JaggedToPaddedCpu(const JaggedToPaddedParams& params);
 Status PaddedToJaggedCpu(const PaddedToJaggedParams& params);
+
+// The CPU padded-dense baseline: per (b, h) an OpenBLAS sgemm for the full
+// [Nq, Nk] scores, masked softmax, an sgemm for P V, as the GPU baseline
+// does with batched GEMMs. Uses the workspace when given, else allocates.
 Status PaddedDenseAttentionCpu(const PaddedDenseAttentionParams& params);
+
+// Plain loops, float accumulation: the oracle for both padded-dense paths.
+Status PaddedDenseAttentionReferenceCpu(const PaddedDenseAttentionParams& params);
 
 }  // namespace jagrank
 

@@ -133,14 +133,27 @@ TEST(PaddedDenseAttentionCpuTest, MatchesJaggedMathAndZeroesPadding) {
   p.dtype = DType::kFloat32;
   std::vector<float> workspace(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float));
   EXPECT_EQ(workspace.size(), static_cast<size_t>(batch) * heads * n * n);
-  for (bool with_workspace : {false, true}) {
-    std::vector<float> o(padded_size);
-    testing::FillPoison(o);
-    p.o = o.data();
-    p.workspace = with_workspace ? workspace.data() : nullptr;
-    ASSERT_TRUE(PaddedDenseAttentionCpu(p).ok());
-    EXPECT_EQ(testing::CountNonFinite(o), 0);
-    EXPECT_LT(testing::RelativeError(o, ref), 1e-5);
+  for (auto fn : {PaddedDenseAttentionCpu, PaddedDenseAttentionReferenceCpu}) {
+    for (bool with_workspace : {false, true}) {
+      std::vector<float> o(padded_size);
+      testing::FillPoison(o);
+      testing::FillPoison(workspace);
+      p.o = o.data();
+      p.workspace = with_workspace ? workspace.data() : nullptr;
+      ASSERT_TRUE(fn(p).ok());
+      EXPECT_EQ(testing::CountNonFinite(o), 0);
+      EXPECT_LT(testing::RelativeError(o, ref), 1e-5);
+      if (!with_workspace || fn != PaddedDenseAttentionCpu) continue;
+      // The baseline materialised P there: head 1's real query rows sum to 1.
+      for (int b = 0; b < batch; ++b) {
+        for (int i = 0; i < lengths[b]; ++i) {
+          const float* row = &workspace[((static_cast<size_t>(b) * heads + 1) * n + i) * n];
+          double sum = 0.0;
+          for (int j = 0; j < n; ++j) sum += row[j];
+          EXPECT_NEAR(sum, 1.0, 1e-5) << "b " << b << " i " << i;
+        }
+      }
+    }
   }
 }
 
@@ -164,6 +177,7 @@ TEST(PaddedDenseAttentionCpuTest, RejectsBadArguments) {
   p.max_q_len = 4;
   p.dtype = DType::kBFloat16;
   EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "dtype"));
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionReferenceCpu(p), "dtype"));
   p.dtype = DType::kFloat32;
   p.num_heads = 0;
   EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "num_heads"));
