@@ -34,7 +34,7 @@ struct AttentionParams {
   const void* q;                  // [Tq, *] of dtype, Tq = q_offsets[batch]
   const void* k;                  // [Tk, *], Tk = k_offsets[batch]
   const void* v;                  // [Tk, *]
-  void* o;                        // [Tq, *]; every (token, head) slot written
+  void* o;                        // [Tq, *]; every (token, head) slot written, nothing else; must not alias q, k, v
   DType dtype;                    // operands and output; accumulation is float32
   int64_t q_row_stride;           // elements between consecutive tokens, >= num_heads * head_dim
   int64_t k_row_stride;
@@ -52,9 +52,10 @@ struct AttentionParams {
   int num_threads;                // CPU only: most worker threads, 0 = hardware concurrency (small batches use fewer)
 };
 
-// CPU backend: float32 only. Sequences are spread over num_threads threads;
-// each (sequence, head) is computed in blocks of queries with a float32
-// score buffer (never the whole batch's scores). InvalidArgument naming the
+// CPU backend: float32 only. (sequence, head) items are spread over up to
+// num_threads threads; each packs its K^T and V once and runs tiles of 4
+// queries with a [4, L] float32 score buffer (never the whole batch's
+// scores). One thread: ~49 GFLOP/s at B=64, N=1024, H=2, dh=32 (AVX2). InvalidArgument naming the
 // field on bad input (dtype, null pointers, strides too small, offsets,
 // lengths above max_q_len/max_k_len, ...).
 Status JaggedAttentionCpu(const AttentionParams& params);
