@@ -78,13 +78,29 @@ Batch RandomBatch(const ModelConfig& c, int num_requests, int max_candidates, ui
   return batch;
 }
 
-std::unique_ptr<Model> MakeModel(const ModelConfig& c, const std::string& device, AttentionStrategy s, bool bf16) {
+// The random model of `c` with every tensor multiplied by `scale` (1 = the
+// default init, whose scores sit close to 0.5; 2 spreads them over (0, 1)).
+ModelWeights ScaledWeights(const ModelConfig& c, float scale) {
+  ModelWeights random, w;
+  EXPECT_TRUE(MakeRandomWeights(c, &random).ok());
+  if (scale == 1.0f) return random;
+  for (const auto& kv : random.tensors()) {
+    std::vector<float> values(kv.second.data, kv.second.data + kv.second.num_elements());
+    for (float& v : values) v *= scale;
+    w.Add(kv.first, kv.second.shape, std::move(values));
+  }
+  w.ComputeVersion();
+  return w;
+}
+
+std::unique_ptr<Model> MakeModel(const ModelConfig& c, const std::string& device, AttentionStrategy s, bool bf16,
+                                 float scale = 1.0f) {
   ModelOptions options;
   options.device = device;
   options.attention = s;
   options.cuda_bf16 = bf16;
   std::unique_ptr<Model> model;
-  Status status = Model::Create(c, ModelWeights(), options, &model);
+  Status status = Model::Create(c, ScaledWeights(c, scale), options, &model);
   EXPECT_TRUE(status.ok()) << status.ToString();
   return model;
 }
@@ -98,16 +114,16 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 const AttentionStrategy kStrategies[] = {AttentionStrategy::kJagged, AttentionStrategy::kPaddedFlash,
                                          AttentionStrategy::kPaddedDense};
 
-void CompareToCpu(const ModelConfig& c, const Batch& batch, bool bf16, double tolerance) {
+void CompareToCpu(const ModelConfig& c, const Batch& batch, bool bf16, double tolerance, float scale = 1.0f) {
   std::vector<float> cpu_scores;
-  ASSERT_TRUE(MakeModel(c, "cpu", AttentionStrategy::kJagged, false)->Forward(batch, &cpu_scores).ok());
+  ASSERT_TRUE(MakeModel(c, "cpu", AttentionStrategy::kJagged, false, scale)->Forward(batch, &cpu_scores).ok());
   double lo = 1, hi = 0;
   for (float s : cpu_scores) {
     lo = std::min<double>(lo, s);
     hi = std::max<double>(hi, s);
   }
   for (AttentionStrategy s : kStrategies) {
-    std::unique_ptr<Model> gpu = MakeModel(c, "cuda:0", s, bf16);
+    std::unique_ptr<Model> gpu = MakeModel(c, "cuda:0", s, bf16, scale);
     ASSERT_NE(gpu, nullptr);
     std::vector<float> scores;
     Status status = gpu->Forward(batch, &scores);
@@ -137,6 +153,13 @@ class ModelCudaTest : public testing::Test {
 TEST_F(ModelCudaTest, MatchesCpuBf16AllStrategies) {
   const ModelConfig c = TestConfig(64, 2, 200, 100000);
   CompareToCpu(c, RandomBatch(c, 24, 40, 1), /*bf16=*/true, 1e-2);
+}
+
+TEST_F(ModelCudaTest, MatchesCpuBf16WithSpreadScores) {
+  // Larger weights: scores spread over (0, 1), so a wrong step cannot hide
+  // behind a near-constant 0.5 (the default init's regime).
+  const ModelConfig c = TestConfig(64, 2, 200, 100000);
+  CompareToCpu(c, RandomBatch(c, 24, 40, 7), /*bf16=*/true, 1e-2, /*scale=*/2.0f);
 }
 
 TEST_F(ModelCudaTest, MatchesCpuFp32AllStrategies) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -199,6 +200,45 @@ TEST(ModelWeightsTest, HostileFilesAreRejectedByName) {
   // Missing file.
   ModelWeights w;
   EXPECT_EQ(LoadSafetensors("/nonexistent/x.safetensors", TinyConfig(), &w).code(), Status::Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace jagrank
+
+namespace jagrank {
+namespace {
+
+// jagrank-export-model writes the same model Model::Create builds without a
+// weights file, and a config that reads back equal.
+TEST(ModelExportTest, ExportedModelLoadsWithTheRandomModelsVersion) {
+  const std::string base = TempPath("export");
+  const std::string yaml_in = base + ".in.yaml";
+  {
+    std::ofstream out(yaml_in);
+    out << ModelConfigToYaml(TinyConfig());
+  }
+  const std::string out_path = base + ".safetensors";
+  const std::string command = std::string(JAGRANK_EXPORT_BIN) + " --model-config " + yaml_in + " --output " +
+                              out_path + " --seed 99 > /dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ModelConfig written;
+  const std::string yaml_out = out_path.substr(0, out_path.size() - 12) + ".yaml";
+  Status s = LoadModelConfig(yaml_out, &written);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(written.seed, 99u);
+  ModelConfig expected = TinyConfig();
+  expected.seed = 99;
+  EXPECT_EQ(ModelConfigToYaml(written), ModelConfigToYaml(expected));
+  ModelWeights loaded, random;
+  s = LoadSafetensors(out_path, written, &loaded);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(MakeRandomWeights(expected, &random).ok());
+  EXPECT_EQ(loaded.version(), random.version());
+  // A bad config is reported, not written.
+  const std::string bad = "printf 'embedding_dim: 0\\n' > " + yaml_in + " && " + JAGRANK_EXPORT_BIN +
+                          " --model-config " + yaml_in + " --output " + base + ".bad.safetensors 2> /dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  for (const std::string& p : {yaml_in, out_path, yaml_out}) std::remove(p.c_str());
 }
 
 }  // namespace
