@@ -56,8 +56,10 @@ Status ValidateParams(const AttentionParams& params) {
   RETURN_IF_ERROR(CheckStride(params.k_row_stride, "k_row_stride", params));
   RETURN_IF_ERROR(CheckStride(params.v_row_stride, "v_row_stride", params));
   RETURN_IF_ERROR(CheckStride(params.o_row_stride, "o_row_stride", params));
-  if (static_cast<int64_t>(params.batch) * params.num_heads > INT32_MAX) {
-    return Status::InvalidArgument("batch * num_heads exceeds the CUDA grid (2^31 - 1)");
+  // One CTA per (sequence, head, 16-row query tile at most) must fit the grid.
+  const int64_t max_ctas = static_cast<int64_t>(params.batch) * params.num_heads * ((params.max_q_len + 15) / 16);
+  if (max_ctas > INT32_MAX) {
+    return Status::InvalidArgument("batch * num_heads * max_q_len / 16 exceeds the CUDA grid (2^31 - 1)");
   }
   return Status::Ok();
 }

@@ -2,11 +2,11 @@
 // float32 CUDA cores). Included only by the per-instantiation .cu files
 // through flash_launch.cuh.
 //
-// Grid: x = sequence * num_heads + head, y = query tile. Tiles are taken in
-// reverse order (blockIdx.y = 0 is the LAST query tile), so the first CTAs
-// the hardware dispatches belong to the longest sequences, which cost the
-// most (longest-first without a sort or a workspace); tiles past a
-// sequence's end return at once.
+// Grid: one CTA per (sequence, head, query tile), flattened into x with the
+// query tile fastest: the CTAs of one (sequence, head) run side by side and
+// share its K/V through L2, so K/V come from HBM about once instead of once
+// per query tile (bench/NOTES.md, v3). Tiles past a sequence's end return at
+// once.
 #ifndef JAGRANK_KERNELS_FLASH_FLASH_KERNEL_CUH_
 #define JAGRANK_KERNELS_FLASH_FLASH_KERNEL_CUH_
 
@@ -65,19 +65,6 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
-// 2^x on the FMA/ALU pipes: 2^x = 2^j 2^f, j = round(x), f in [-0.5, 0.5];
-// 2^f by a cubic through the Chebyshev nodes (relative error 1e-4, under
-// bf16's 2^-9 rounding of P). x is clamped at -126 so 2^j stays a normal
-// exponent; the result there (~1e-38) is as good as 0 for softmax weights.
-__device__ __forceinline__ float PolyExp2(float x) {
-  x = fmaxf(x, -126.f);
-  const float shifted = x + 12582912.f;  // 1.5 * 2^23: round(x) lands in the low mantissa bits
-  const float j = shifted - 12582912.f;
-  const float f = x - j;
-  const float p = fmaf(fmaf(fmaf(0.05583828f, f, 0.24263948f), f, 0.69313673f), f, 0.99992456f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-}
-
 __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -100,6 +87,17 @@ __device__ __forceinline__ int ValidKeyCount(const AttentionParams& p, int b, in
 
 // ------------------------------------------------------- bf16 tensor-core kernel
 
+// bf16 (1, 8, 7 bits) 1.0 in both halves: the B operand of the row-sum MMA.
+constexpr uint32_t kBf16x2One = 0x3f803f80u;
+
+// 2^x for two values at once on the special-function unit, rounded to bf16
+// on the way in and out (P is rounded to bf16 for the P V MMA anyway).
+__device__ __forceinline__ uint32_t FastExp2Bf16x2(float lo, float hi) {
+  uint32_t y;
+  asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(y) : "r"(PackBf16x2(lo, hi)));
+  return y;
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     FlashAttentionBf16Kernel(const AttentionParams p, const float scale_log2) {
@@ -109,12 +107,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kStride = Traits::kSmemStride;
   constexpr int kChunks = Traits::kChunksPerRow;
   constexpr int kThreads = Traits::kThreads;
-  constexpr int kNTiles = kBlockN / 8;   // n8 MMA tiles of S per warp
-  constexpr int kDTiles = kD / 8;        // n8 MMA tiles of O per warp
+  constexpr int kMTiles = Traits::kMTiles;      // m16 MMA tiles per warp
+  constexpr int kRowsPerWarp = 16 * kMTiles;
+  constexpr int kNTiles = kBlockN / 8;         // n8 MMA tiles of S
+  constexpr int kDTiles = kD / 8;              // n8 MMA tiles of O
+  constexpr bool kPackedExp = Traits::kPackedExp;
 
-  const int b = blockIdx.x / p.num_heads;
-  const int h = blockIdx.x - b * p.num_heads;
-  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
+  const int bh = blockIdx.x / m_blocks;
+  const int m_block = blockIdx.x - bh * m_blocks;
+  const int b = bh / p.num_heads;
+  const int h = bh - b * p.num_heads;
   const int q_start = p.q_offsets[b];
   const int q_len = p.q_offsets[b + 1] - q_start;
   const int m0 = m_block * kBlockM;
@@ -171,17 +174,30 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   load_kv(0, 0);
   CpAsyncCommit();
 
-  // Warps whose 16 rows all lie past the sequence's end only help with copies.
-  const bool warp_active = warp * Traits::kRowsPerWarp < rows;
+  // Warps whose rows all lie past the sequence's end only help with copies.
+  const bool warp_active = warp * kRowsPerWarp < rows;
   const int group = lane / 4;   // MMA row within the 8-row half
   const int quad = lane % 4;    // MMA column pair
+  // ldmatrix row address of this lane for the A operand (Q) of m-tile mt.
+  const __nv_bfloat16* q_frag_base = s_q + (warp * kRowsPerWarp + (lane & 15)) * kStride + (lane >> 4) * 8;
 
-  uint32_t q_frag[kD / 16][4];
-  float acc_o[kDTiles][4];
+  // One m-tile per warp keeps Q's fragments in registers for the whole loop;
+  // with two, registers go to the second accumulator and Q is re-read from
+  // shared memory per k step (cheap next to K and V: each K/V fragment now
+  // feeds two MMAs, halving shared-memory reads per flop).
+  uint32_t q_frag_held[Traits::kQInRegisters ? kD / 16 : 1][4];
+  float acc_o[kMTiles][kDTiles][4];
+  float acc_l[kMTiles][4];                  // row sums by MMA (packed-exp path)
+  float row_max[kMTiles][2];                // rows group and group + 8, log2 domain
+  float row_sum[kMTiles][2];                // this thread's partial sums (fp32-exp path)
 #pragma unroll
-  for (int j = 0; j < kDTiles; ++j) acc_o[j][0] = acc_o[j][1] = acc_o[j][2] = acc_o[j][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8, log2 domain
-  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) acc_o[mt][j][0] = acc_o[mt][j][1] = acc_o[mt][j][2] = acc_o[mt][j][3] = 0.f;
+    acc_l[mt][0] = acc_l[mt][1] = acc_l[mt][2] = acc_l[mt][3] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
 
   const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
@@ -192,86 +208,129 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     __syncthreads();
 
     if (warp_active) {
-      if (n_block == 0) {
-        const __nv_bfloat16* base = s_q + (warp * 16 + (lane & 15)) * kStride + (lane >> 4) * 8;
+      if constexpr (Traits::kQInRegisters) {
+        if (n_block == 0) {
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) LdMatrixX4(q_frag[kk], base + kk * 16);
+          for (int kk = 0; kk < kD / 16; ++kk) LdMatrixX4(q_frag_held[kk], q_frag_base + kk * 16);
+        }
       }
       const __nv_bfloat16* sk = s_k + stage * kBlockN * kStride;
       const __nv_bfloat16* sv = s_v + stage * kBlockN * kStride;
 
-      // S = Q K^T for this warp's 16 rows and kBlockN keys.
-      float s[kNTiles][4];
+      // S = Q K^T for this warp's rows and kBlockN keys.
+      float s[kMTiles][kNTiles][4];
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+      }
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t q_frag[kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          if constexpr (Traits::kQInRegisters) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) q_frag[mt][i] = q_frag_held[kk][i];
+          } else {
+            LdMatrixX4(q_frag[mt], q_frag_base + mt * 16 * kStride + kk * 16);
+          }
+        }
 #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
           uint32_t kb[4];  // b fragments of key tiles 2np and 2np+1
           LdMatrixX4(kb, sk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * kStride + kk * 16 +
                              ((lane >> 3) & 1) * 8);
-          MmaBf16(s[2 * np], q_frag[kk], kb[0], kb[1]);
-          MmaBf16(s[2 * np + 1], q_frag[kk], kb[2], kb[3]);
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            MmaBf16(s[mt][2 * np], q_frag[mt], kb[0], kb[1]);
+            MmaBf16(s[mt][2 * np + 1], q_frag[mt], kb[2], kb[3]);
+          }
         }
       }
       // Mask keys past the valid length (only the last tile can have them).
       const int n0 = n_block * kBlockN;
       if (n0 + kBlockN > k_len) {
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
+        for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (n0 + j * 8 + 2 * quad + (e & 1) >= k_len) s[j][e] = -INFINITY;
+          for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if (n0 + j * 8 + 2 * quad + (e & 1) >= k_len) s[mt][j][e] = -INFINITY;
+            }
           }
         }
       }
       // Online softmax in the log2 domain: p = 2^(s * scale_log2 - max).
       // Every tile holds at least one valid key, so the new max is finite.
-      float tile_max[2] = {-INFINITY, -INFINITY};
+      uint32_t p_frag[kMTiles][kNTiles][2];  // P as bf16x2: the A operand of P V
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[j][0], s[j][1]));
-        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[j][2], s[j][3]));
-      }
-      float neg_max[2];
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float new_max = fmaxf(row_max[r], QuadMax(tile_max[r]) * scale_log2);
-        const float alpha = FastExp2(row_max[r] - new_max);
-        row_max[r] = new_max;
-        row_sum[r] *= alpha;
-#pragma unroll
-        for (int j = 0; j < kDTiles; ++j) {
-          acc_o[j][2 * r] *= alpha;
-          acc_o[j][2 * r + 1] *= alpha;
+        for (int j = 0; j < kNTiles; ++j) {
+          tile_max[0] = fmaxf(tile_max[0], fmaxf(s[mt][j][0], s[mt][j][1]));
+          tile_max[1] = fmaxf(tile_max[1], fmaxf(s[mt][j][2], s[mt][j][3]));
         }
-        neg_max[r] = -new_max;
-      }
+        float neg_max[2];
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
+        for (int r = 0; r < 2; ++r) {
+          const float new_max = fmaxf(row_max[mt][r], QuadMax(tile_max[r]) * scale_log2);
+          const float alpha = FastExp2(row_max[mt][r] - new_max);
+          row_max[mt][r] = new_max;
+          row_sum[mt][r] *= alpha;
+          acc_l[mt][2 * r] *= alpha;
+          acc_l[mt][2 * r + 1] *= alpha;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = fmaf(s[j][e], scale_log2, neg_max[e >> 1]);
-          s[j][e] = j < Traits::kPolyExpTiles ? PolyExp2(x) : FastExp2(x);
-          row_sum[e >> 1] += s[j][e];
+          for (int j = 0; j < kDTiles; ++j) {
+            acc_o[mt][j][2 * r] *= alpha;
+            acc_o[mt][j][2 * r + 1] *= alpha;
+          }
+          neg_max[r] = -new_max;
+        }
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const float x0 = fmaf(s[mt][j][0], scale_log2, neg_max[0]);
+          const float x1 = fmaf(s[mt][j][1], scale_log2, neg_max[0]);
+          const float x2 = fmaf(s[mt][j][2], scale_log2, neg_max[1]);
+          const float x3 = fmaf(s[mt][j][3], scale_log2, neg_max[1]);
+          if constexpr (kPackedExp) {
+            p_frag[mt][j][0] = FastExp2Bf16x2(x0, x1);
+            p_frag[mt][j][1] = FastExp2Bf16x2(x2, x3);
+          } else {
+            const float p0 = FastExp2(x0), p1 = FastExp2(x1), p2 = FastExp2(x2), p3 = FastExp2(x3);
+            row_sum[mt][0] += p0 + p1;
+            row_sum[mt][1] += p2 + p3;
+            p_frag[mt][j][0] = PackBf16x2(p0, p1);
+            p_frag[mt][j][1] = PackBf16x2(p2, p3);
+          }
         }
       }
-      // O += P V; P's accumulator layout is the A-fragment layout of the next MMA.
+      // O += P V; P's accumulator layout is the A-fragment layout of this MMA.
 #pragma unroll
       for (int kc = 0; kc < kBlockN / 16; ++kc) {
-        uint32_t a[4];
-        a[0] = PackBf16x2(s[2 * kc][0], s[2 * kc][1]);
-        a[1] = PackBf16x2(s[2 * kc][2], s[2 * kc][3]);
-        a[2] = PackBf16x2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        a[3] = PackBf16x2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        uint32_t a[kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          a[mt][0] = p_frag[mt][2 * kc][0];
+          a[mt][1] = p_frag[mt][2 * kc][1];
+          a[mt][2] = p_frag[mt][2 * kc + 1][0];
+          a[mt][3] = p_frag[mt][2 * kc + 1][1];
+          // Packed path: row sums of the bf16 P by one more MMA against ones
+          // (replaces an FADD per score; the sums match the P that V sees).
+          if constexpr (kPackedExp) MmaBf16(acc_l[mt], a[mt], kBf16x2One, kBf16x2One);
+        }
 #pragma unroll
         for (int dp = 0; dp < kDTiles / 2; ++dp) {
           uint32_t vb[4];  // b fragments of output columns 16dp..+7 and 16dp+8..+15
           LdMatrixX4Trans(vb, sv + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + dp * 16 +
                                   (lane >> 4) * 8);
-          MmaBf16(acc_o[2 * dp], a, vb[0], vb[1]);
-          MmaBf16(acc_o[2 * dp + 1], a, vb[2], vb[3]);
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            MmaBf16(acc_o[mt][2 * dp], a[mt], vb[0], vb[1]);
+            MmaBf16(acc_o[mt][2 * dp + 1], a[mt], vb[2], vb[3]);
+          }
         }
       }
     }
@@ -279,27 +338,32 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   }
 
   if (!warp_active) return;
-  // Normalise, stage this warp's 16 rows through its own (now unused) rows of
-  // s_q, then store 16-byte chunks of whole rows.
-  float inv_sum[2];
+  // Normalise, stage this warp's rows through its own (no longer read) rows
+  // of s_q, then store 16-byte chunks of whole rows.
+  __nv_bfloat16* s_o = s_q + warp * kRowsPerWarp * kStride;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) inv_sum[r] = 1.f / QuadSum(row_sum[r]);
-  __nv_bfloat16* s_o = s_q + warp * 16 * kStride;
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    float inv_sum[2];
 #pragma unroll
-  for (int j = 0; j < kDTiles; ++j) {
-    const int col = j * 8 + 2 * quad;
-    *reinterpret_cast<uint32_t*>(s_o + group * kStride + col) =
-        PackBf16x2(acc_o[j][0] * inv_sum[0], acc_o[j][1] * inv_sum[0]);
-    *reinterpret_cast<uint32_t*>(s_o + (group + 8) * kStride + col) =
-        PackBf16x2(acc_o[j][2] * inv_sum[1], acc_o[j][3] * inv_sum[1]);
+    for (int r = 0; r < 2; ++r) {
+      inv_sum[r] = 1.f / (kPackedExp ? acc_l[mt][2 * r] : QuadSum(row_sum[mt][r]));
+    }
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) {
+      const int col = j * 8 + 2 * quad;
+      *reinterpret_cast<uint32_t*>(s_o + (mt * 16 + group) * kStride + col) =
+          PackBf16x2(acc_o[mt][j][0] * inv_sum[0], acc_o[mt][j][1] * inv_sum[0]);
+      *reinterpret_cast<uint32_t*>(s_o + (mt * 16 + group + 8) * kStride + col) =
+          PackBf16x2(acc_o[mt][j][2] * inv_sum[1], acc_o[mt][j][3] * inv_sum[1]);
+    }
   }
   __syncwarp();
-  const int warp_rows = min(16, rows - warp * 16);
+  const int warp_rows = min(kRowsPerWarp, rows - warp * kRowsPerWarp);
 #pragma unroll
-  for (int i = lane; i < 16 * kChunks; i += 32) {
+  for (int i = lane; i < kRowsPerWarp * kChunks; i += 32) {
     const int r = i / kChunks, c = i % kChunks;
     if (r < warp_rows) {
-      *reinterpret_cast<uint4*>(o_tile + (warp * 16 + r) * p.o_row_stride + c * 8) =
+      *reinterpret_cast<uint4*>(o_tile + (warp * kRowsPerWarp + r) * p.o_row_stride + c * 8) =
           *reinterpret_cast<const uint4*>(s_o + r * kStride + c * 8);
     }
   }
@@ -317,9 +381,11 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int kCols = Traits::kColsPerLane;
   constexpr int kKStride = Traits::kKStride;
 
-  const int b = blockIdx.x / p.num_heads;
-  const int h = blockIdx.x - b * p.num_heads;
-  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
+  const int bh = blockIdx.x / m_blocks;
+  const int m_block = blockIdx.x - bh * m_blocks;
+  const int b = bh / p.num_heads;
+  const int h = bh - b * p.num_heads;
   const int q_start = p.q_offsets[b];
   const int q_len = p.q_offsets[b + 1] - q_start;
   const int m0 = m_block * kBlockM;

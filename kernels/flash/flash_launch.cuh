@@ -16,12 +16,11 @@
 namespace jagrank {
 namespace flash {
 
-// x = sequence-major (sequence, head) pairs, y = query tiles of the longest
-// sequence (the kernel walks y in reverse: longest sequences first).
+// One CTA per (sequence, head, query tile of the longest sequence), in one
+// flattened x dimension (the kernel decodes it with the tile fastest).
 inline dim3 FlashGrid(const AttentionParams& params, int block_m) {
-  const int m_blocks = (params.max_q_len + block_m - 1) / block_m;
-  return dim3(static_cast<unsigned>(params.batch) * static_cast<unsigned>(params.num_heads),
-              static_cast<unsigned>(m_blocks), 1);
+  const int64_t m_blocks = (params.max_q_len + block_m - 1) / block_m;
+  return dim3(static_cast<unsigned>(m_blocks * params.batch * params.num_heads), 1, 1);
 }
 
 inline float ScaleLog2(const AttentionParams& params) {
@@ -29,11 +28,11 @@ inline float ScaleLog2(const AttentionParams& params) {
 }
 
 // Any FlashBf16Traits instantiation (the benchmark compares tile choices
-// through this); LaunchFlashBf16<kHeadDim> uses the shipped defaults.
+// through this); LaunchFlashBf16<kHeadDim> uses FlashBf16Config<kHeadDim>.
 template <typename Traits>
 Status LaunchFlashBf16WithTraits(const AttentionParams& params, cudaStream_t stream) {
   const dim3 grid = FlashGrid(params, Traits::kBlockM);
-  if (grid.x == 0 || grid.y == 0) return Status::Ok();
+  if (grid.x == 0) return Status::Ok();
   auto* kernel = &FlashAttentionBf16Kernel<Traits>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; cheap, so it
   // is done per call instead of caching per-device state.
@@ -45,14 +44,14 @@ Status LaunchFlashBf16WithTraits(const AttentionParams& params, cudaStream_t str
 
 template <int kHeadDim>
 Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream) {
-  return LaunchFlashBf16WithTraits<FlashBf16Traits<kHeadDim>>(params, stream);
+  return LaunchFlashBf16WithTraits<typename FlashBf16Config<kHeadDim>::Traits>(params, stream);
 }
 
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream) {
   using Traits = FlashFp32Traits<kHeadDim>;
   const dim3 grid = FlashGrid(params, Traits::kBlockM);
-  if (grid.x == 0 || grid.y == 0) return Status::Ok();
+  if (grid.x == 0) return Status::Ok();
   FlashAttentionFp32Kernel<Traits><<<grid, Traits::kThreads, 0, stream>>>(params, ScaleLog2(params));
   return CudaLaunchStatus("FlashAttentionFp32Kernel");
 }

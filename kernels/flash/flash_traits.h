@@ -6,34 +6,30 @@
 namespace jagrank {
 namespace flash {
 
-// bf16 tensor-core kernel (mma.sync m16n8k16). Each warp owns 16 query rows
-// of the CTA's query tile and walks all key tiles of its sequence; K/V tiles
-// are shared by the CTA's warps through shared memory, double-buffered with
-// cp.async. The defaults after kHeadDim are the shipped choice per head dim;
-// bench/NOTES.md has the measurements behind them (the benchmark instantiates
-// other values to compare).
-template <int kHeadDim_,
-          int kBlockN_ = (kHeadDim_ <= 32 ? 128 : 64),
-          int kMinBlocksPerSm_ = (kHeadDim_ <= 64 ? 2 : 1),
-          int kPolyExpTiles_ = 0>
+// bf16 tensor-core kernel (mma.sync m16n8k16). Each warp owns kMTiles x 16
+// query rows of the CTA's query tile and walks all key tiles of its
+// sequence; K/V tiles are shared by the CTA's warps through shared memory,
+// double-buffered with cp.async. FlashBf16Config below holds the shipped
+// choice per head dim; the benchmark instantiates others to compare.
+template <int kHeadDim_, int kWarps_, int kMTiles_, int kBlockN_, int kMinBlocksPerSm_, bool kPackedExp_>
 struct FlashBf16Traits {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kWarps = 8;
+  static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = 16;  // one m16 MMA tile
-  static constexpr int kBlockM = kWarps * kRowsPerWarp;
-  // D = 32: 128 keys per tile halves the barriers and softmax bookkeeping per
-  // score, which dominate there (the MMAs are short); larger D keeps 64 to
-  // hold S + O in registers without spilling.
+  // Two m16 tiles per warp feed every K/V fragment read from shared memory
+  // into two MMAs: at 16 rows per warp the ldmatrix traffic (16 flop/byte)
+  // caps the MMAs below the tensor-core rate at D >= 64.
+  static constexpr int kMTiles = kMTiles_;
+  static constexpr int kBlockM = kWarps * kMTiles * 16;
+  static constexpr bool kQInRegisters = kMTiles == 1;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = 2;
-  // How many of the kBlockN / 8 score tiles take their exponentials from a
-  // polynomial on the FMA pipe (PolyExp2) instead of the special-function
-  // unit, whose ~4e12 ex2/s are the floor at D = 32.
-  static constexpr int kPolyExpTiles = kPolyExpTiles_;
-  // Two CTAs (16 warps) per SM cap registers at 128 per thread; D = 128 needs
-  // ~210 for its 16x128 O accumulator and Q fragments, so it runs one.
+  // Registers per thread are capped at 64K / (kThreads * kMinBlocksPerSm).
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  // Exponentials two at a time in bf16x2 (ex2.approx.ftz.bf16x2), P's row
+  // sums by an MMA against ones: fewer instructions per score where the
+  // softmax, not the MMAs, is the limit (D = 32).
+  static constexpr bool kPackedExp = kPackedExp_;
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix then fall in
   // 8 different 4-bank groups (no bank conflicts) for every D here.
   static constexpr int kSmemStride = kHeadDim + 8;  // elements
@@ -42,9 +38,28 @@ struct FlashBf16Traits {
 
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of the MMA k (16)");
   static_assert(kBlockN % 16 == 0, "key tile must be a multiple of 16 (two n8 MMA tiles per ldmatrix.x4)");
-  static_assert((kBlockM * kChunksPerRow) % kThreads == 0, "Q tile copy must divide evenly over the threads");
-  static_assert(kPolyExpTiles >= 0 && kPolyExpTiles <= kBlockN / 8, "poly-exp tiles must be among the n8 tiles");
+  static_assert(kMTiles == 1 || kMTiles == 2, "one or two m16 tiles per warp");
   static_assert(kSmemBytes <= 227 * 1024, "tiles exceed the H100/H200 shared memory per CTA");
+};
+
+// The shipped tile choice per head dim (bench/NOTES.md has the variants
+// measured on the H200 and why these won).
+template <int kHeadDim>
+struct FlashBf16Config;
+// D = 32: softmax-bound; 4 warps x 32 rows, 4 CTAs per SM (16 warps) to hide
+// the MUFU/MMA latencies, packed bf16x2 exponentials.
+template <>
+struct FlashBf16Config<32> {
+  using Traits = FlashBf16Traits<32, /*warps=*/4, /*m_tiles=*/2, /*block_n=*/64, /*min_blocks=*/4, /*packed_exp=*/true>;
+};
+template <>
+struct FlashBf16Config<64> {
+  using Traits = FlashBf16Traits<64, /*warps=*/8, /*m_tiles=*/1, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
+};
+// D = 128: MMA-bound; two m-tiles per warp halve shared-memory reads per flop.
+template <>
+struct FlashBf16Config<128> {
+  using Traits = FlashBf16Traits<128, /*warps=*/4, /*m_tiles=*/2, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
 };
 
 // float32 kernel (CUDA cores): each warp owns kRowsPerWarp query rows; a lane
