@@ -106,6 +106,16 @@ void Executor::Compute(Work* work) {
     status = Status::Internal("model returned " + std::to_string(scores.size()) + " scores for " +
                               std::to_string(work->batch.num_candidates()) + " candidates");
   }
+  BatchStats stats;
+  stats.requests = work->batch.num_requests;
+  stats.candidates = work->batch.num_candidates();
+  stats.history_tokens = work->batch.num_history_tokens();
+  stats.padded_history_tokens = work->padded_history_tokens;
+  stats.assemble_seconds = work->assemble_seconds;
+  stats.compute_seconds = compute_seconds;
+  // Reported before the calls finish, so a client that saw its answer also
+  // sees its batch in the metrics.
+  metrics_->OnBatch(stats);
   if (!status.ok()) {
     const Status error = Status::Internal("forward failed: " + status.ToString());
     for (const auto& r : work->requests) r->finish(error, nullptr, 0);
@@ -116,14 +126,6 @@ void Executor::Compute(Work* work) {
     }
   }
 
-  BatchStats stats;
-  stats.requests = work->batch.num_requests;
-  stats.candidates = work->batch.num_candidates();
-  stats.history_tokens = work->batch.num_history_tokens();
-  stats.padded_history_tokens = work->padded_history_tokens;
-  stats.assemble_seconds = work->assemble_seconds;
-  stats.compute_seconds = compute_seconds;
-  metrics_->OnBatch(stats);
   metrics_->SetMemory(model_->Memory());
 }
 

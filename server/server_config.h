@@ -20,7 +20,7 @@ struct BatchingConfig {
   int64_t max_batch_candidates = 16384;       // candidate rows per batch
   int64_t max_batch_history_tokens = 131072;  // sum of kept history lengths per batch
   int64_t max_batch_attention_cost = 64LL << 20;  // sum of L^2 over the batch's kept histories
-  int max_queue_requests = 2048;              // queued (accepted, not yet computing) requests; more -> RESOURCE_EXHAUSTED
+  int max_queue_requests = 2048;              // queued requests (beyond the <= 2 batches the executor holds); more -> RESOURCE_EXHAUSTED
 };
 
 struct ServerConfig {

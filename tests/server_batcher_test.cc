@@ -1,0 +1,186 @@
+// The batching policy alone, with fake requests: budgets, delay, oversized
+// requests, the queue limit, expired and cancelled requests, close.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "server/batcher.h"
+
+namespace jagrank {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Finished {
+  std::mutex mu;
+  std::vector<std::pair<int, Status::Code>> calls;  // (tag, code)
+};
+
+std::unique_ptr<QueuedRequest> Fake(int tag, int64_t candidates, int64_t history, Finished* finished) {
+  auto r = std::make_unique<QueuedRequest>();
+  r->candidates = candidates;
+  r->history_tokens = history;
+  r->attention_cost = history * history;
+  r->finish = [tag, finished](const Status& s, const float*, int64_t) {
+    std::lock_guard<std::mutex> lock(finished->mu);
+    finished->calls.emplace_back(tag, s.code());
+  };
+  r->is_cancelled = [] { return false; };
+  r->request = reinterpret_cast<const v1::RankRequest*>(static_cast<intptr_t>(tag + 1));  // tag carrier, never read
+  return r;
+}
+
+int Tag(const std::unique_ptr<QueuedRequest>& r) { return static_cast<int>(reinterpret_cast<intptr_t>(r->request)) - 1; }
+
+BatchingConfig Budgets() {
+  BatchingConfig c;
+  c.max_queue_delay_us = 10 * 1000 * 1000;  // 10 s: only budgets close batches unless a test lowers it
+  c.max_batch_requests = 100;
+  c.max_batch_candidates = 10;
+  c.max_batch_history_tokens = 1000;
+  c.max_batch_attention_cost = 1000000;
+  c.max_queue_requests = 100;
+  return c;
+}
+
+double SecondsOf(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+TEST(BatcherTest, CandidateBudgetClosesTheBatchWithoutWaiting) {
+  NullMetrics metrics;
+  Finished finished;
+  Batcher batcher(Budgets(), &metrics);
+  for (int i = 0; i < 3; ++i) {
+    auto r = Fake(i, 4, 1, &finished);
+    ASSERT_TRUE(batcher.Enqueue(&r).ok());
+  }
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  const auto start = Clock::now();
+  ASSERT_TRUE(batcher.NextBatch(&batch));
+  EXPECT_LT(SecondsOf(Clock::now() - start), 1.0);
+  ASSERT_EQ(batch.size(), 2u);  // 4 + 4 fit in 10; the third would make 12
+  EXPECT_EQ(Tag(batch[0]), 0);
+  EXPECT_EQ(Tag(batch[1]), 1);
+  EXPECT_EQ(batcher.depth(), 1);
+}
+
+TEST(BatcherTest, HistoryAndAttentionBudgetsCloseBatches) {
+  NullMetrics metrics;
+  Finished finished;
+  BatchingConfig c = Budgets();
+  c.max_batch_candidates = 1000;
+  c.max_batch_history_tokens = 100;
+  Batcher by_tokens(c, &metrics);
+  for (int i = 0; i < 3; ++i) {
+    auto r = Fake(i, 1, 40, &finished);
+    ASSERT_TRUE(by_tokens.Enqueue(&r).ok());
+  }
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  ASSERT_TRUE(by_tokens.NextBatch(&batch));
+  EXPECT_EQ(batch.size(), 2u);
+
+  c.max_batch_history_tokens = 100000;
+  c.max_batch_attention_cost = 50 * 50 + 10 * 10;  // one long history + one short one
+  Batcher by_cost(c, &metrics);
+  for (int len : {50, 10, 50}) {
+    auto r = Fake(len, 1, len, &finished);
+    ASSERT_TRUE(by_cost.Enqueue(&r).ok());
+  }
+  ASSERT_TRUE(by_cost.NextBatch(&batch));
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(Tag(batch[1]), 10);
+}
+
+TEST(BatcherTest, DelayClosesAPartialBatch) {
+  NullMetrics metrics;
+  Finished finished;
+  BatchingConfig c = Budgets();
+  c.max_queue_delay_us = 30000;
+  Batcher batcher(c, &metrics);
+  auto r = Fake(0, 1, 1, &finished);
+  ASSERT_TRUE(batcher.Enqueue(&r).ok());
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  ASSERT_TRUE(batcher.NextBatch(&batch));
+  EXPECT_EQ(batch.size(), 1u);
+  EXPECT_GE(SecondsOf(Clock::now() - batch[0]->arrival), 0.029);
+}
+
+TEST(BatcherTest, OversizedRequestRunsAlone) {
+  NullMetrics metrics;
+  Finished finished;
+  Batcher batcher(Budgets(), &metrics);
+  auto big = Fake(0, 50, 1, &finished);
+  auto small = Fake(1, 1, 1, &finished);
+  ASSERT_TRUE(batcher.Enqueue(&big).ok());
+  ASSERT_TRUE(batcher.Enqueue(&small).ok());
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  ASSERT_TRUE(batcher.NextBatch(&batch));
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(Tag(batch[0]), 0);
+}
+
+TEST(BatcherTest, FullQueueRefusesAtOnceAndCallerKeepsTheRequest) {
+  NullMetrics metrics;
+  Finished finished;
+  BatchingConfig c = Budgets();
+  c.max_queue_requests = 2;
+  Batcher batcher(c, &metrics);
+  for (int i = 0; i < 2; ++i) {
+    auto r = Fake(i, 1, 1, &finished);
+    ASSERT_TRUE(batcher.Enqueue(&r).ok());
+    EXPECT_EQ(r, nullptr);
+  }
+  auto third = Fake(2, 1, 1, &finished);
+  Status s = batcher.Enqueue(&third);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("max_queue_requests"), std::string::npos);
+  EXPECT_NE(third, nullptr);
+}
+
+TEST(BatcherTest, ExpiredAndCancelledRequestsAreFinishedNotReturned) {
+  NullMetrics metrics;
+  Finished finished;
+  Batcher batcher(Budgets(), &metrics);
+  auto expired = Fake(0, 1, 1, &finished);
+  expired->deadline = Clock::now() - 1ms;
+  auto cancelled = Fake(1, 1, 1, &finished);
+  cancelled->is_cancelled = [] { return true; };
+  auto live = Fake(2, 20, 1, &finished);  // fills the budget: no waiting
+  ASSERT_TRUE(batcher.Enqueue(&expired).ok());
+  ASSERT_TRUE(batcher.Enqueue(&cancelled).ok());
+  ASSERT_TRUE(batcher.Enqueue(&live).ok());
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  ASSERT_TRUE(batcher.NextBatch(&batch));
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(Tag(batch[0]), 2);
+  std::lock_guard<std::mutex> lock(finished.mu);
+  ASSERT_EQ(finished.calls.size(), 2u);
+  EXPECT_EQ(finished.calls[0], std::make_pair(0, Status::Code::kDeadlineExceeded));
+  EXPECT_EQ(finished.calls[1], std::make_pair(1, Status::Code::kCancelled));
+}
+
+TEST(BatcherTest, CloseFlushesWithoutDelayThenEnds) {
+  NullMetrics metrics;
+  Finished finished;
+  Batcher batcher(Budgets(), &metrics);  // 10 s delay
+  auto r = Fake(0, 1, 1, &finished);
+  ASSERT_TRUE(batcher.Enqueue(&r).ok());
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  std::atomic<bool> got{false};
+  std::thread consumer([&] {
+    got = batcher.NextBatch(&batch);
+  });
+  std::this_thread::sleep_for(20ms);  // let the consumer start waiting on the delay
+  const auto closed_at = Clock::now();
+  batcher.Close();
+  consumer.join();
+  EXPECT_LT(SecondsOf(Clock::now() - closed_at), 1.0);
+  EXPECT_TRUE(got);
+  EXPECT_EQ(batch.size(), 1u);
+  auto late = Fake(1, 1, 1, &finished);
+  EXPECT_EQ(batcher.Enqueue(&late).code(), Status::Code::kUnavailable);
+  EXPECT_FALSE(batcher.NextBatch(&batch));
+}
+
+}  // namespace
+}  // namespace jagrank

@@ -1,0 +1,312 @@
+// The server over real gRPC on loopback, with the real (small) CPU model:
+// answers equal the model's forward, bursts are batched, bad inputs are
+// refused naming the field, the queue limit and deadlines hold, health and
+// drain behave.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/server.h"
+#include "server_test_helpers.h"
+
+namespace jagrank {
+namespace {
+
+using namespace std::chrono_literals;
+using server_test::CountingMetrics;
+using server_test::ForwardLog;
+using server_test::Gate;
+using server_test::MakeRequest;
+using server_test::PendingCall;
+using server_test::SendRank;
+
+constexpr float kTolerance = 1e-5f;
+
+class ServerGrpcTest : public ::testing::Test {
+ protected:
+  void StartServer(const std::function<void(ServerConfig*)>& adjust = {}) {
+    config_.grpc_address = "127.0.0.1:0";
+    config_.metrics_address = "";
+    config_.max_candidates_per_request = 64;
+    config_.max_request_bytes = 64 * 1024;
+    config_.warmup_batches = 1;
+    config_.batching.max_queue_delay_us = 2000;
+    if (adjust) adjust(&config_);
+    model_config_ = server_test::SmallModelConfig();
+    oracle_ = server_test::MakeCpuModel(model_config_);
+    auto model = std::make_unique<server_test::RecordingModel>(server_test::MakeCpuModel(model_config_), &gate_,
+                                                               &log_);
+    Status s = JagrankServer::CreateWithModel(config_, std::move(model), &metrics_, &server_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    // Forget the warm-up batches.
+    gate_.ResetCount();
+    {
+      std::lock_guard<std::mutex> lock(log_.mu);
+      log_.candidate_ids.clear();
+      log_.batch_requests.clear();
+    }
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Ranker::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    gate_.Open();
+    server_.reset();
+  }
+
+  void ExpectMatchesOracle(const v1::RankRequest& request, const PendingCall& call) {
+    ASSERT_TRUE(call.status.ok()) << call.status.error_message();
+    const std::vector<float> expected = server_test::ForwardAlone(oracle_.get(), request);
+    ASSERT_EQ(call.response.scores_size(), request.candidate_item_ids_size());
+    ASSERT_EQ(expected.size(), static_cast<size_t>(call.response.scores_size()));
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(call.response.scores(i), expected[i], kTolerance) << request.request_id() << " candidate " << i;
+      EXPECT_GT(call.response.scores(i), 0.0f);
+      EXPECT_LT(call.response.scores(i), 1.0f);
+    }
+    EXPECT_EQ(call.response.request_id(), request.request_id());
+    EXPECT_EQ(call.response.model_version(), oracle_->version());
+  }
+
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service,
+                                                              grpc::Status* status = nullptr) {
+    auto stub = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 5s);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status s = stub->Check(&context, request, &response);
+    if (status != nullptr) *status = s;
+    return response.status();
+  }
+
+  ServerConfig config_;
+  ModelConfig model_config_;
+  Gate gate_;
+  ForwardLog log_;
+  CountingMetrics metrics_;
+  std::unique_ptr<Model> oracle_;
+  std::unique_ptr<JagrankServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Ranker::Stub> stub_;
+};
+
+TEST_F(ServerGrpcTest, SingleRequestEqualsForward) {
+  StartServer();
+  const v1::RankRequest request = MakeRequest(4, 10, 7, model_config_);
+  auto call = SendRank(stub_.get(), request);
+  ASSERT_TRUE(call->Wait(20s));
+  ExpectMatchesOracle(request, *call);
+}
+
+TEST_F(ServerGrpcTest, GetModelInfoDescribesTheModel) {
+  StartServer();
+  grpc::ClientContext context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.name(), "test-small");
+  EXPECT_EQ(info.version(), oracle_->version());
+  EXPECT_EQ(info.embedding_dim(), 16);
+  EXPECT_EQ(info.num_dense_features(), 4);
+  ASSERT_EQ(info.sparse_feature_names_size(), 2);
+  EXPECT_EQ(info.sparse_feature_names(0), "country");
+  EXPECT_EQ(info.max_history_len(), 32);
+  EXPECT_EQ(info.max_candidates_per_request(), 64);
+  EXPECT_EQ(info.device(), "cpu");
+  EXPECT_EQ(info.attention(), "jagged");
+}
+
+// A burst of requests of different shapes (empty, short, truncated
+// histories; 1..40 candidates; absent and empty sparse features) lands in
+// shared batches and every answer equals that request's forward alone.
+TEST_F(ServerGrpcTest, BurstIsBatchedAndEqualsForwardAlone) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 200000; });
+  const int lengths[] = {0, 1, 5, 31, 32, 33, 90};
+  std::vector<v1::RankRequest> requests;
+  for (int i = 0; i < 28; ++i) requests.push_back(MakeRequest(100 + i, lengths[i % 7], 1 + (i * 13) % 40, model_config_));
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (const auto& r : requests) calls.push_back(SendRank(stub_.get(), r));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s)) << i;
+    ExpectMatchesOracle(requests[i], *calls[i]);
+  }
+  EXPECT_GT(metrics_.max_batch_requests(), 1) << "the burst was never batched";
+}
+
+TEST_F(ServerGrpcTest, EachBadInputIsInvalidArgumentNamingTheField) {
+  StartServer();
+  struct Case {
+    const char* what;
+    std::function<void(v1::RankRequest*)> spoil;
+    std::vector<std::string> message_has;
+  };
+  const std::vector<Case> cases = {
+      {"too few dense", [](v1::RankRequest* r) { r->mutable_dense_features()->RemoveLast(); },
+       {"dense_features", "num_dense_features = 4"}},
+      {"too many dense", [](v1::RankRequest* r) { r->add_dense_features(1); }, {"dense_features", "4"}},
+      {"NaN dense", [](v1::RankRequest* r) { r->set_dense_features(2, std::nanf("")); },
+       {"dense_features[2]", "NaN"}},
+      {"Inf dense", [](v1::RankRequest* r) { r->set_dense_features(1, std::numeric_limits<float>::infinity()); },
+       {"dense_features[1]", "Inf"}},
+      {"unknown sparse", [](v1::RankRequest* r) { (*r->mutable_sparse_features())["bogus"].add_ids(1); },
+       {"sparse_features", "'bogus'", "country"}},
+      {"no candidates", [](v1::RankRequest* r) { r->clear_candidate_item_ids(); },
+       {"candidate_item_ids", "max_candidates_per_request = 64"}},
+      {"too many candidates",
+       [](v1::RankRequest* r) {
+         for (int i = 0; i < 65; ++i) r->add_candidate_item_ids(i);
+       },
+       {"candidate_item_ids", "max_candidates_per_request = 64"}},
+      {"message too large",
+       [](v1::RankRequest* r) {
+         for (int i = 0; i < 20000; ++i) r->add_history(1000000000000LL + i);
+       },
+       {"max_request_bytes = 65536"}},
+  };
+  for (const Case& c : cases) {
+    v1::RankRequest request = MakeRequest(1, 3, 2, model_config_);
+    request.set_request_id(std::string("bad-") + c.what);
+    c.spoil(&request);
+    auto call = SendRank(stub_.get(), request);
+    ASSERT_TRUE(call->Wait(20s)) << c.what;
+    EXPECT_EQ(call->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+    for (const std::string& part : c.message_has) {
+      EXPECT_NE(call->status.error_message().find(part), std::string::npos)
+          << c.what << ": '" << call->status.error_message() << "' lacks '" << part << "'";
+    }
+    EXPECT_NE(call->status.error_message().find(request.request_id()), std::string::npos) << c.what;
+  }
+  // None of them reached the model (only the warm-up did).
+  std::lock_guard<std::mutex> lock(log_.mu);
+  EXPECT_TRUE(log_.batch_requests.empty());
+}
+
+TEST_F(ServerGrpcTest, BadRequestInABurstLeavesTheOthersIntact) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 100000; });
+  std::vector<v1::RankRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    v1::RankRequest r = MakeRequest(200 + i, 3 * i, 2 + i, model_config_);
+    if (i % 4 == 1) r.set_dense_features(0, std::nanf(""));
+    if (i % 4 == 3) (*r.mutable_sparse_features())["nope"];
+    requests.push_back(std::move(r));
+  }
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (const auto& r : requests) calls.push_back(SendRank(stub_.get(), r));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s)) << i;
+    if (i % 4 == 1 || i % 4 == 3) {
+      EXPECT_EQ(calls[i]->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << i;
+    } else {
+      ExpectMatchesOracle(requests[i], *calls[i]);
+    }
+  }
+  EXPECT_GT(metrics_.max_batch_requests(), 1);
+}
+
+// With Forward held, a queue of 3 fills: later calls are refused at once.
+TEST_F(ServerGrpcTest, FullQueueAnswersResourceExhaustedAtOnce) {
+  StartServer([](ServerConfig* c) {
+    c->batching.max_queue_requests = 3;
+    c->batching.max_batch_requests = 1;
+    c->batching.max_queue_delay_us = 0;
+  });
+  gate_.Close();
+  const v1::RankRequest request = MakeRequest(7, 4, 3, model_config_);
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  calls.push_back(SendRank(stub_.get(), request));
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  for (int i = 0; i < 12; ++i) calls.push_back(SendRank(stub_.get(), request));
+  // While Forward is still held, the refusals arrive.
+  int refused = 0;
+  for (size_t i = 1; i < calls.size(); ++i) {
+    if (calls[i]->Wait(300ms)) {
+      EXPECT_EQ(calls[i]->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << calls[i]->status.error_message();
+      EXPECT_NE(calls[i]->status.error_message().find("max_queue_requests"), std::string::npos);
+      ++refused;
+    }
+  }
+  // At most 1 computing, 1 assembled and waiting for compute, 1 taken by the
+  // assembly thread and 3 queued were accepted: 12 - 5 refused at least.
+  EXPECT_GE(refused, 12 - 5);
+  EXPECT_EQ(metrics_.rejected("queue_full"), refused);
+  gate_.Open();
+  int ok = 0;
+  for (auto& call : calls) {
+    ASSERT_TRUE(call->Wait(20s));
+    if (call->status.ok()) ++ok;
+  }
+  EXPECT_EQ(ok + refused, static_cast<int>(calls.size()));
+  EXPECT_GE(ok, 2);
+}
+
+// A call whose deadline passes while it waits behind a held batch is
+// answered DEADLINE_EXCEEDED and its candidates never reach the model.
+TEST_F(ServerGrpcTest, ExpiredDeadlineIsNeverComputed) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  gate_.Close();
+  const v1::RankRequest blocker = MakeRequest(11, 4, 3, model_config_);
+  auto first = SendRank(stub_.get(), blocker);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  v1::RankRequest victim = MakeRequest(12, 4, 1, model_config_);
+  victim.set_candidate_item_ids(0, 777777777);
+  auto late = SendRank(stub_.get(), victim, 100ms);
+  ASSERT_TRUE(late->Wait(10s));
+  EXPECT_EQ(late->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  gate_.Open();
+  ASSERT_TRUE(first->Wait(20s));
+  ExpectMatchesOracle(blocker, *first);
+  // A later call completes only after anything queued before it was handled.
+  const v1::RankRequest after = MakeRequest(13, 2, 2, model_config_);
+  auto next = SendRank(stub_.get(), after);
+  ASSERT_TRUE(next->Wait(20s));
+  ExpectMatchesOracle(after, *next);
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_EQ(log_.candidate_ids.count(777777777), 0u) << "the expired request was computed";
+  }
+  EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
+}
+
+TEST_F(ServerGrpcTest, HealthServingThenDrainFinishesAcceptedAndRefusesNew) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  EXPECT_EQ(Health(""), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health("jagrank.v1.Ranker"), grpc::health::v1::HealthCheckResponse::SERVING);
+  grpc::Status unknown;
+  Health("no.such.Service", &unknown);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  gate_.Close();
+  const v1::RankRequest request = MakeRequest(21, 6, 4, model_config_);
+  auto accepted = SendRank(stub_.get(), request);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  auto queued = SendRank(stub_.get(), request);
+  ASSERT_TRUE(metrics_.WaitInflight(2, 10s)) << "the second call was not accepted";
+  std::thread drainer([&] { EXPECT_TRUE(server_->Drain().ok()); });
+  // NOT_SERVING and UNAVAILABLE while the accepted calls are still held.
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (Health("") != grpc::health::v1::HealthCheckResponse::NOT_SERVING &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(Health(""), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Health("jagrank.v1.Ranker"), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto refused = SendRank(stub_.get(), request);
+  ASSERT_TRUE(refused->Wait(10s));
+  EXPECT_EQ(refused->status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_FALSE(accepted->Wait(50ms)) << "drain must wait for the held batch";
+  gate_.Open();
+  drainer.join();
+  ASSERT_TRUE(accepted->Wait(10s));
+  ASSERT_TRUE(queued->Wait(10s));
+  ExpectMatchesOracle(request, *accepted);
+  ExpectMatchesOracle(request, *queued);
+}
+
+}  // namespace
+}  // namespace jagrank
