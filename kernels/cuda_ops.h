@@ -35,6 +35,8 @@ namespace jagrank {
 
 // Embedding bag sum, fp32 or bf16 table, fp32 out, float accumulation.
 // One thread per output element, ids of a bag summed in order (the CPU order).
+// H200: 4096 bags, 264k ids, d = 64, bf16 table of 1M rows: 0.10 ms, 358 GB/s
+// of rows + ids: latency-bound (one row load in flight per thread).
 Status EmbeddingBagCuda(const EmbeddingBagParams& params, cudaStream_t stream);
 
 // Candidate embeddings e_c = table[row(ids[c])] as fp32.
@@ -60,11 +62,14 @@ Status PaddedToJaggedCuda(const PaddedToJaggedParams& params, cudaStream_t strea
 // O = P V. fp32 or bf16 operands, fp32 accumulation (no TF32).
 // REQUIRES workspace of PaddedDenseAttentionWorkspaceBytes(params) bytes and
 // finite k/v padding (padding rows get weight 0, and 0 * NaN is NaN).
+// H200, bf16, B = 1024, N = 256, H = 4, D = 32, lengths uniform in [1, N]:
+// 2.32 ms with a 1 GiB workspace (torch's dense baseline in ANCHORS.md: 3.05 ms).
 Status PaddedDenseAttentionCuda(const PaddedDenseAttentionParams& params, cudaStream_t stream);
 
 // y = x W^T + b (+ReLU) through cuBLASLt, bias and ReLU fused as the GEMM's
 // epilogue. Full fp32 compute unless allow_tf32 (faster on tensor cores,
-// about 1e-3 relative error).
+// about 1e-3 relative error). H200, m = 16384, n = 512, k = 1024, bias+ReLU:
+// fp32 0.352 ms (48.8 TFLOP/s), TF32 0.090 ms (192 TFLOP/s).
 Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf32 = false);
 
 // Element-wise dtype conversion: out[i] = in[i] for i < count; fp32 -> bf16
