@@ -43,6 +43,6 @@ USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8500 9100
 HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
-  CMD ["jagrank-client", "--health", "--server", "127.0.0.1:8500"]
+  CMD ["jagrank-client", "--health", "--address", "127.0.0.1:8500", "--timeout-ms", "2000"]
 ENTRYPOINT ["jagrank-server", "--config", "/etc/jagrank/server.yaml"]
 CMD []

@@ -12,6 +12,10 @@
 #include "server/prometheus_metrics.h"
 #include "tests/metrics_http.h"
 
+// 256 KiB of static TLS in every thread, like a server linking cuBLASLt and
+// OpenBLAS: CivetWeb's default 100 KiB thread stacks cannot hold it.
+thread_local char g_large_static_tls[256 << 10];
+
 namespace jagrank {
 namespace {
 
@@ -171,6 +175,29 @@ TEST(PrometheusMetricsTest, ServesTheSelfContainedStatusPageAtRoot) {
   EXPECT_EQ(m.status, 200);
   EXPECT_NE(m.body.find("jagrank_requests_total"), std::string::npos);
   EXPECT_EQ(HttpGet(metrics->port(), "/nope").status, 404);
+}
+
+TEST(PrometheusMetricsTest, BindsTheGivenPort) {
+  // Find a free port through an ephemeral bind, then ask for it by number.
+  int port = 0;
+  {
+    auto probe = StartMetrics();
+    ASSERT_NE(probe, nullptr);
+    port = probe->port();
+  }
+  std::unique_ptr<PrometheusMetrics> metrics;
+  const Status s = PrometheusMetrics::Create("127.0.0.1:" + std::to_string(port), &metrics);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(metrics->port(), port);
+  EXPECT_EQ(HttpGet(port, "/metrics").status, 200);
+}
+
+TEST(PrometheusMetricsTest, StartsDespiteLargeStaticTls) {
+  g_large_static_tls[0] = 1;  // keep the TLS block referenced
+  auto metrics = StartMetrics();  // fails with "null context" without the stack-size fix
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_EQ(HttpGet(metrics->port(), "/metrics").status, 200);
+  EXPECT_EQ(g_large_static_tls[0], 1);
 }
 
 TEST(PrometheusMetricsTest, BusyAddressIsAClearError) {
