@@ -265,6 +265,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       // Online softmax in the log2 domain: p = 2^(s * scale_log2 - max).
       // Every tile holds at least one valid key, so the new max is finite.
       uint32_t p_frag[kMTiles][kNTiles][2];  // P as bf16x2: the A operand of P V
+      float neg_max[kMTiles][2];
+      float alpha[kMTiles][2];
+      bool max_changed = false;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         float tile_max[2] = {-INFINITY, -INFINITY};
@@ -273,28 +276,43 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           tile_max[0] = fmaxf(tile_max[0], fmaxf(s[mt][j][0], s[mt][j][1]));
           tile_max[1] = fmaxf(tile_max[1], fmaxf(s[mt][j][2], s[mt][j][3]));
         }
-        float neg_max[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float new_max = fmaxf(row_max[mt][r], QuadMax(tile_max[r]) * scale_log2);
-          const float alpha = FastExp2(row_max[mt][r] - new_max);
+          alpha[mt][r] = FastExp2(row_max[mt][r] - new_max);
+          max_changed |= new_max != row_max[mt][r];
           row_max[mt][r] = new_max;
-          row_sum[mt][r] *= alpha;
-          acc_l[mt][2 * r] *= alpha;
-          acc_l[mt][2 * r + 1] *= alpha;
-#pragma unroll
-          for (int j = 0; j < kDTiles; ++j) {
-            acc_o[mt][j][2 * r] *= alpha;
-            acc_o[mt][j][2 * r + 1] *= alpha;
-          }
-          neg_max[r] = -new_max;
+          neg_max[mt][r] = -new_max;
         }
+      }
+      // Rescale the accumulators only when some row of the warp found a new
+      // maximum: otherwise every alpha is exactly 2^0 = 1. Past the first
+      // few tiles of a long sequence that skips kMTiles * kD / 2 FMULs per
+      // thread and tile.
+      if (__any_sync(0xffffffffu, max_changed)) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            row_sum[mt][r] *= alpha[mt][r];
+            acc_l[mt][2 * r] *= alpha[mt][r];
+            acc_l[mt][2 * r + 1] *= alpha[mt][r];
+#pragma unroll
+            for (int j = 0; j < kDTiles; ++j) {
+              acc_o[mt][j][2 * r] *= alpha[mt][r];
+              acc_o[mt][j][2 * r + 1] *= alpha[mt][r];
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
-          const float x0 = fmaf(s[mt][j][0], scale_log2, neg_max[0]);
-          const float x1 = fmaf(s[mt][j][1], scale_log2, neg_max[0]);
-          const float x2 = fmaf(s[mt][j][2], scale_log2, neg_max[1]);
-          const float x3 = fmaf(s[mt][j][3], scale_log2, neg_max[1]);
+          const float x0 = fmaf(s[mt][j][0], scale_log2, neg_max[mt][0]);
+          const float x1 = fmaf(s[mt][j][1], scale_log2, neg_max[mt][0]);
+          const float x2 = fmaf(s[mt][j][2], scale_log2, neg_max[mt][1]);
+          const float x3 = fmaf(s[mt][j][3], scale_log2, neg_max[mt][1]);
           if constexpr (kPackedExp) {
             p_frag[mt][j][0] = FastExp2Bf16x2(x0, x1);
             p_frag[mt][j][1] = FastExp2Bf16x2(x2, x3);

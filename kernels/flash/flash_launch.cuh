@@ -44,7 +44,11 @@ Status LaunchFlashBf16WithTraits(const AttentionParams& params, cudaStream_t str
 
 template <int kHeadDim>
 Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream) {
-  return LaunchFlashBf16WithTraits<typename FlashBf16Config<kHeadDim>::Traits>(params, stream);
+  using Config = FlashBf16Config<kHeadDim>;
+  if (params.max_k_len > Config::kLongKeysAbove) {
+    return LaunchFlashBf16WithTraits<typename Config::LongTraits>(params, stream);
+  }
+  return LaunchFlashBf16WithTraits<typename Config::Traits>(params, stream);
 }
 
 template <int kHeadDim>

@@ -43,7 +43,8 @@ struct FlashBf16Traits {
 };
 
 // The shipped tile choice per head dim (bench/NOTES.md has the variants
-// measured on the H200 and why these won).
+// measured on the H200 and why these won): Traits, and LongTraits for
+// batches whose longest key sequence exceeds kLongKeysAbove.
 template <int kHeadDim>
 struct FlashBf16Config;
 // D = 32: softmax-bound; 4 warps x 32 rows, 4 CTAs per SM (16 warps) to hide
@@ -51,15 +52,23 @@ struct FlashBf16Config;
 template <>
 struct FlashBf16Config<32> {
   using Traits = FlashBf16Traits<32, /*warps=*/4, /*m_tiles=*/2, /*block_n=*/64, /*min_blocks=*/4, /*packed_exp=*/true>;
+  using LongTraits = Traits;
+  static constexpr int kLongKeysAbove = 1 << 30;
 };
+// D = 64: 8 warps x 16 rows win up to ~1K keys (1.34x FA2 at N = 512); past
+// that, 2 m-tiles per warp and 128-key tiles (0.96x -> 1.02x at N = 4096).
 template <>
 struct FlashBf16Config<64> {
   using Traits = FlashBf16Traits<64, /*warps=*/8, /*m_tiles=*/1, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
+  using LongTraits = FlashBf16Traits<64, 4, 2, 128, 2, true>;
+  static constexpr int kLongKeysAbove = 1024;
 };
 // D = 128: MMA-bound; two m-tiles per warp halve shared-memory reads per flop.
 template <>
 struct FlashBf16Config<128> {
   using Traits = FlashBf16Traits<128, /*warps=*/4, /*m_tiles=*/2, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
+  using LongTraits = Traits;
+  static constexpr int kLongKeysAbove = 1 << 30;
 };
 
 // float32 kernel (CUDA cores): each warp owns kRowsPerWarp query rows; a lane
