@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu_common.h"
+#include "kernels/cpu_thread_pool.h"
 #include "kernels/jagged.h"
 
 namespace jagrank {
@@ -243,8 +244,9 @@ Status JaggedAttentionCpu(const AttentionParams& params) {
   // long sequence does not leave the other threads idle behind a static split.
   const int64_t items = int64_t{p.batch} * p.num_heads;
   int64_t threads = p.num_threads > 0 ? p.num_threads : std::thread::hardware_concurrency();
-  // A thread costs ~32 us to start and join (measured); start one only for
-  // kMinFlopsPerThread of tile work (~80 us at the 49 GFLOP/s one thread does).
+  // Waking a pooled worker is cheap, but each one packs its own K/V and has
+  // its first item to finish: ask for one only per kMinFlopsPerThread of tile
+  // work (~80 us at the 49 GFLOP/s one thread does).
   constexpr double kMinFlopsPerThread = 4e6;
   double flops = 0.0;
   for (int b = 0; b < p.batch; ++b) flops += 4.0 * JaggedLen(p.q_offsets, b) * ValidKeys(p, b);
@@ -260,13 +262,9 @@ Status JaggedAttentionCpu(const AttentionParams& params) {
   };
   if (threads == 1) {
     worker();
-    return Status::Ok();
+  } else {
+    CpuThreadPool::Shared().Run(static_cast<int>(threads - 1), worker);
   }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int i = 0; i < threads - 1; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& thread : pool) thread.join();
   return Status::Ok();
 }
 

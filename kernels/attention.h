@@ -49,7 +49,8 @@ struct AttentionParams {
   int max_k_len;                  // >= every key length in the batch
   float softmax_scale;            // usually 1/sqrt(head_dim)
   const int32_t* maybe_k_valid_len;  // optional [batch]: keys at position >= it are masked
-  int num_threads;                // CPU only: most worker threads, 0 = hardware concurrency (small batches use fewer)
+  int num_threads;                // CPU only: most threads incl. the caller's (workers from CpuThreadPool::Shared()),
+                                  // 0 = hardware concurrency; small batches use fewer
 };
 
 // CPU backend: float32 only. (sequence, head) items are spread over up to

@@ -6,3 +6,4 @@ jagrank_add_test(NAME kernels_interaction_test SOURCES kernels_interaction_test.
 jagrank_add_test(NAME kernels_linear_test SOURCES kernels_linear_test.cc LIBS jagrank_kernels TIMEOUT 120)
 jagrank_add_test(NAME kernels_padded_test SOURCES kernels_padded_test.cc LIBS jagrank_kernels TIMEOUT 120)
 jagrank_add_test(NAME kernels_jagged_test SOURCES kernels_jagged_test.cc LIBS jagrank_kernels TIMEOUT 60)
+jagrank_add_test(NAME kernels_thread_pool_test SOURCES kernels_thread_pool_test.cc LIBS jagrank_kernels TIMEOUT 60)

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <chrono>
 #include <functional>
+#include <future>
 #include <random>
 #include <vector>
 
@@ -200,6 +202,30 @@ TEST(JaggedAttentionCpuTest, KeyValidLengthMasksPaddedKeys) {
   pr.k_valid = testing::RandomLengths(rng, batch, n);
   pr.k_valid[0] = n + 5;  // above the length: all keys valid
   CheckAllPaths(pr, 1e-5);
+}
+
+TEST(JaggedAttentionCpuTest, ConcurrentCallersGetTheirOwnAnswers) {
+  // Two executors calling at once share the worker pool; both must be right.
+  std::mt19937_64 rng(17);
+  const auto lengths_a = testing::RandomLengths(rng, 12, 200);
+  const auto lengths_b = testing::RandomLengths(rng, 9, 300);
+  Problem a = MakeProblem(rng, lengths_a, lengths_a, 2, 32, 0);
+  Problem b = MakeProblem(rng, lengths_b, lengths_b, 1, 64, 0);
+  const std::vector<double> ref_a = Reference(a), ref_b = Reference(b);
+  auto run = [](Problem* pr, const std::vector<double>* ref) {
+    for (int rep = 0; rep < 5; ++rep) {
+      testing::FillPoison(pr->o);
+      if (!JaggedAttentionCpu(ParamsFor(*pr, 0)).ok()) return false;
+      if (testing::RelativeError(pr->o, *ref) > 1e-5) return false;
+    }
+    return true;
+  };
+  auto fa = std::async(std::launch::async, run, &a, &ref_a);
+  auto fb = std::async(std::launch::async, run, &b, &ref_b);
+  ASSERT_EQ(fa.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  ASSERT_EQ(fb.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_TRUE(fa.get());
+  EXPECT_TRUE(fb.get());
 }
 
 TEST(JaggedAttentionCpuTest, EmptyBatchIsANoOp) {

@@ -1,0 +1,66 @@
+#include "kernels/cpu_thread_pool.h"
+
+#include <algorithm>
+
+namespace jagrank {
+
+CpuThreadPool& CpuThreadPool::Shared() {
+  static CpuThreadPool pool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  return pool;
+}
+
+CpuThreadPool::CpuThreadPool(int num_workers) {
+  workers_.reserve(std::max(0, num_workers));
+  for (int i = 0; i < num_workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+CpuThreadPool::~CpuThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void CpuThreadPool::WorkerLoop() {
+  int64_t seen = 0;  // the last generation this worker looked at
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || (generation_ != seen && wanted_ > 0); });
+    if (stop_) return;
+    seen = generation_;
+    --wanted_;
+    ++running_;
+    const std::function<void()>* task = task_;
+    lock.unlock();
+    (*task)();
+    lock.lock();
+    if (--running_ == 0) done_.notify_all();
+  }
+}
+
+int CpuThreadPool::Run(int extra_threads, const std::function<void()>& task) {
+  std::unique_lock<std::mutex> owner(run_mutex_, std::try_to_lock);
+  extra_threads = std::min(extra_threads, num_workers());
+  if (!owner.owns_lock() || extra_threads <= 0) {
+    task();
+    return 1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    task_ = &task;
+    wanted_ = extra_threads;
+    ++generation_;
+  }
+  wake_.notify_all();
+  task();
+  std::unique_lock<std::mutex> lock(mutex_);
+  const int joined = extra_threads - wanted_;
+  wanted_ = 0;  // late wakers skip this task: the work is already shared out
+  done_.wait(lock, [&] { return running_ == 0; });
+  task_ = nullptr;
+  return 1 + joined;
+}
+
+}  // namespace jagrank
