@@ -20,3 +20,19 @@ endif()
 jagrank_metrics_test(metrics_prometheus_test metrics_prometheus_test.cc)
 jagrank_metrics_test(metrics_deploy_test metrics_deploy_test.cc)
 target_link_libraries(metrics_deploy_test PRIVATE yaml-cpp)
+
+# End to end against the real binaries, Prometheus and Chromium: only once the
+# server and its health client exist.
+if(TARGET jagrank-server AND TARGET jagrank_health_proto)
+  jagrank_add_test(NAME metrics_server_test SOURCES metrics_server_test.cc
+                   LIBS jagrank_proto jagrank_health_proto nlohmann_json::nlohmann_json ZLIB::ZLIB
+                   TIMEOUT 240)
+  target_include_directories(metrics_server_test PRIVATE ${PROJECT_SOURCE_DIR})
+  add_dependencies(metrics_server_test jagrank-server)
+  set(_jagrank_metrics_env "JAGRANK_SERVER=$<TARGET_FILE:jagrank-server>")
+  if(TARGET jagrank-client)
+    add_dependencies(metrics_server_test jagrank-client)
+    list(APPEND _jagrank_metrics_env "JAGRANK_CLIENT=$<TARGET_FILE:jagrank-client>")
+  endif()
+  set_tests_properties(metrics_server_test PROPERTIES ENVIRONMENT "${_jagrank_metrics_env}")
+endif()
