@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 namespace jagrank {
 namespace {
@@ -26,6 +27,34 @@ uint64_t SplitMix64(uint64_t* state) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// values[i] = bound * (2 u_i - 1), u_i in [0, 1) from the i-th SplitMix64
+// output of `seed`. SplitMix64 is counter-based (state_i = seed + i * gamma),
+// so chunks are filled in parallel with exactly the sequential values: the
+// model does not depend on the thread count.
+void FillUniform(uint64_t seed, float bound, float* values, size_t n) {
+  constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+  auto fill = [&](size_t begin, size_t end) {
+    uint64_t state = seed + begin * kGamma;
+    for (size_t i = begin; i < end; ++i) {
+      const float unit = static_cast<float>(SplitMix64(&state) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+      values[i] = bound * (2.0f * unit - 1.0f);
+    }
+  };
+  const size_t kParallelAbove = size_t{1} << 20;
+  const unsigned threads = std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
+  if (n < kParallelAbove || threads == 1) {
+    fill(0, n);
+    return;
+  }
+  std::vector<std::thread> workers;
+  const size_t per = (n + threads - 1) / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    const size_t begin = std::min(n, t * per), end = std::min(n, begin + per);
+    workers.emplace_back(fill, begin, end);
+  }
+  for (std::thread& w : workers) w.join();
 }
 
 uint64_t HashBytes(uint64_t h, const void* data, size_t size) {
@@ -330,11 +359,7 @@ Status MakeRandomWeights(const ModelConfig& config, ModelWeights* out) {
     int64_t n = 1;
     for (int64_t s : shape) n *= s;
     std::vector<float> values(static_cast<size_t>(n));
-    uint64_t state = config.seed ^ HashString(name);
-    for (float& v : values) {
-      const float unit = static_cast<float>(SplitMix64(&state) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-      v = bound * (2.0f * unit - 1.0f);
-    }
+    FillUniform(config.seed ^ HashString(name), bound, values.data(), values.size());
     weights.Add(name, shape, std::move(values));
   }
   weights.ComputeVersion();

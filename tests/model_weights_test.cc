@@ -83,6 +83,23 @@ TEST(ModelWeightsTest, RandomInitIsDeterministicAndScaled) {
   EXPECT_NE(a.version(), c.version());
 }
 
+TEST(ModelWeightsTest, RandomModelVersionIsPinned) {
+  // The seeded model (and so its version) must not change between builds,
+  // machines or thread counts: servers started with the same seed agree.
+  ModelWeights tiny;
+  ASSERT_TRUE(MakeRandomWeights(TinyConfig(), &tiny).ok());
+  EXPECT_EQ(tiny.version(), "c1b0af420e6cd240");
+  ModelConfig big = TinyConfig();  // a table above the parallel-fill threshold (2^20 values)
+  big.embedding_dim = 64;
+  big.bottom_mlp = {64};
+  big.item_rows = 20000;
+  ModelWeights w;
+  ASSERT_TRUE(MakeRandomWeights(big, &w).ok());
+  EXPECT_EQ(w.version(), "0d688b953b30ec0a");
+  EXPECT_FLOAT_EQ(w.Find("embeddings.item")->data[0], -0.0652714372f);
+  EXPECT_FLOAT_EQ(w.Find("embeddings.item")->data[20000 * 64 - 1], 0.00631509721f);
+}
+
 TEST(ModelWeightsTest, ExpectedNamesFollowTheContract) {
   const auto shapes = ExpectedWeightShapes(TinyConfig());
   const std::vector<std::string> names = {"bottom_mlp.0.weight", "bottom_mlp.0.bias", "top_mlp.0.weight",
