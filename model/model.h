@@ -5,6 +5,13 @@
 //   std::vector<float> scores;                 // one per candidate, in (0, 1)
 //   RETURN_IF_ERROR(model->Forward(batch, &scores));
 //
+// Backends: "cpu" (float32, OpenBLAS + the CPU kernels; the weights are used
+// in place, e.g. straight from the mmap'ed safetensors file) and "cuda:N"
+// (weights uploaded once at Create, tables and attention operands in bf16
+// unless ModelOptions::cuda_bf16 is false; per-batch workspace from a
+// stream-ordered pool that keeps its memory; one H2D copy of the packed batch
+// from pinned memory, one D2H copy of the scores, one stream sync).
+//
 // Thread safety: Forward is NOT thread-safe (it owns per-backend workspace,
 // streams and handles); the server runs one executor thread per Model.
 // Info() and Memory() may be called from any thread.
@@ -40,8 +47,12 @@ struct ModelMemory {
   int64_t weights_bytes = 0;          // model weights as resident on the device
   int64_t device_used_bytes = 0;      // whole device, from cudaMemGetInfo (0 on CPU)
   int64_t device_total_bytes = 0;     // (0 on CPU)
-  int64_t workspace_peak_bytes = 0;   // peak per-batch workspace of this model
-  int64_t padding_saved_bytes = 0;    // cumulative: bytes the padded layout would have needed beyond jagged
+  int64_t workspace_peak_bytes = 0;   // peak per-batch workspace of this model (CUDA: pool allocations of one batch)
+  // Cumulative, jagged strategy only: bytes a padded [R, N, d] layout of the
+  // six per-token self-attention activations (h, q, k, v, attention output,
+  // z) would have needed beyond the jagged [T, d] ones, N = the batch's
+  // longest history. 0 for the padded strategies (they pay it).
+  int64_t padding_saved_bytes = 0;
 };
 
 class Model {
