@@ -55,8 +55,10 @@ struct FlashBf16Config<32> {
   using LongTraits = Traits;
   static constexpr int kLongKeysAbove = 1 << 30;
 };
-// D = 64: 8 warps x 16 rows win up to ~1K keys (1.34x FA2 at N = 512); past
-// that, 2 m-tiles per warp and 128-key tiles (0.96x -> 1.02x at N = 4096).
+// D = 64: 8 warps x 16 rows win up to ~1K keys (1.26-1.34x FA2 at N = 512);
+// past that, 2 m-tiles per warp and 128-key tiles (1.373 -> 1.301 ms at
+// N = 4096 in the variant harness; not confirmed by the full benchmark, see
+// bench/NOTES.md v4).
 template <>
 struct FlashBf16Config<64> {
   using Traits = FlashBf16Traits<64, /*warps=*/8, /*m_tiles=*/1, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
