@@ -90,6 +90,11 @@ Status AppendRequestToBatch(const ModelConfig& config, const RequestFeatures& re
   if (batch->candidate_ids.size() + request.candidates.size > kLimit) {
     return Status::ResourceExhausted("candidate_item_ids: batch would exceed 2^31-1 candidates");
   }
+  const size_t kept = std::min(request.history.size, static_cast<size_t>(config.max_history_len));
+  if (kept > 0 && request.history.data == nullptr) return Status::InvalidArgument("history: null data");
+  if (batch->history_ids.size() + kept > kLimit) {
+    return Status::ResourceExhausted("history: batch would exceed 2^31-1 history ids");
+  }
   if (batch->sparse_ids.size() != num_features || batch->history_offsets.empty() ||
       batch->candidate_offsets.empty()) {
     return Status::InvalidArgument("batch: not Reset for this model (expected " + std::to_string(num_features) +
@@ -113,7 +118,6 @@ Status AppendRequestToBatch(const ModelConfig& config, const RequestFeatures& re
     }
     batch->sparse_offsets[f].push_back(static_cast<int32_t>(ids.size()));
   }
-  const size_t kept = std::min(request.history.size, static_cast<size_t>(config.max_history_len));
   if (kept > 0) {
     const int64_t* first = request.history.data + (request.history.size - kept);  // most recent kept
     batch->history_ids.insert(batch->history_ids.end(), first, first + kept);
