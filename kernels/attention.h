@@ -56,9 +56,10 @@ struct AttentionParams {
 // CPU backend: float32 only. (sequence, head) items are spread over up to
 // num_threads threads; each packs its K^T and V once and runs tiles of 4
 // queries with a [4, L] float32 score buffer (never the whole batch's
-// scores). One thread: ~49 GFLOP/s at B=64, N=1024, H=2, dh=32 (AVX2). InvalidArgument naming the
-// field on bad input (dtype, null pointers, strides too small, offsets,
-// lengths above max_q_len/max_k_len, ...).
+// scores). One thread, B=64, N=1024, H=2, dh=32 on the (shared, AVX2) dev
+// box: 85 ms = 49 GFLOP/s at best, 8-10x the plain reference.
+// InvalidArgument naming the field on bad input (dtype, null pointers,
+// strides too small, offsets, lengths above max_q_len/max_k_len, ...).
 Status JaggedAttentionCpu(const AttentionParams& params);
 
 // Plain single-threaded loops, float accumulation: the oracle the fast path
