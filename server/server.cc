@@ -176,7 +176,12 @@ Status JagrankServer::Drain() {
       return drain_status_;
     }
   }
+  // Callers that raced the drain get a clean UNAVAILABLE from the service
+  // rather than a transport-level cancel when the listener closes.
+  spdlog::debug("drain: accepted work done after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
+  std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   grpc_server_->Wait();
   spdlog::info("drained in {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   return drain_status_;

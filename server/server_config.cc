@@ -100,6 +100,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.warmup_batches));
     } else if (key == "drain_timeout_ms") {
       RETURN_IF_ERROR(Read(v, key, &c.drain_timeout_ms));
+    } else if (key == "drain_linger_ms") {
+      RETURN_IF_ERROR(Read(v, key, &c.drain_linger_ms));
     } else if (key == "log_level") {
       RETURN_IF_ERROR(Read(v, key, &c.log_level));
     } else if (key == "batching") {
@@ -146,6 +148,7 @@ Status ValidateServerConfig(const ServerConfig& c) {
   RETURN_IF_ERROR(Positive(c.keepalive_min_client_ping_interval_ms, "keepalive_min_client_ping_interval_ms"));
   if (c.warmup_batches < 0) return Status::InvalidArgument("server config warmup_batches: must be >= 0");
   RETURN_IF_ERROR(Positive(c.drain_timeout_ms, "drain_timeout_ms"));
+  if (c.drain_linger_ms < 0) return Status::InvalidArgument("server config drain_linger_ms: must be >= 0");
   const BatchingConfig& b = c.batching;
   if (b.max_queue_delay_us < 0) {
     return Status::InvalidArgument("server config batching.max_queue_delay_us: must be >= 0");

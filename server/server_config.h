@@ -39,6 +39,7 @@ struct ServerConfig {
   int64_t keepalive_min_client_ping_interval_ms = 10000;  // clients may ping no more often than this
   int warmup_batches = 2;                        // forward passes before reporting SERVING
   int64_t drain_timeout_ms = 30000;              // drain longer than this: cancel what is left
+  int64_t drain_linger_ms = 300;                 // after the accepted work is done, keep answering UNAVAILABLE this long before closing the listener
   std::string log_level = "info";                // trace | debug | info | warn | error
   BatchingConfig batching;
 };

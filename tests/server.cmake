@@ -4,3 +4,12 @@ jagrank_add_test(NAME server_batcher_test SOURCES server_batcher_test.cc LIBS ja
 jagrank_add_test(NAME server_grpc_test SOURCES server_grpc_test.cc
                  LIBS jagrank_server jagrank_health_proto TIMEOUT 120)
 target_include_directories(server_grpc_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# Spawns the real binaries (server, client, loadgen).
+jagrank_add_test(NAME server_process_test SOURCES server_process_test.cc
+                 LIBS jagrank_server jagrank_health_proto nlohmann_json::nlohmann_json TIMEOUT 120)
+target_include_directories(server_process_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(server_process_test PRIVATE
+  JAGRANK_SERVER_BINARY="$<TARGET_FILE:jagrank-server>"
+  JAGRANK_CLIENT_BINARY="$<TARGET_FILE:jagrank-client>"
+  JAGRANK_LOADGEN_BINARY="$<TARGET_FILE:jagrank-loadgen>")
+add_dependencies(server_process_test jagrank-server jagrank-client jagrank-loadgen)

@@ -33,6 +33,7 @@ class ServerGrpcTest : public ::testing::Test {
     config_.max_candidates_per_request = 64;
     config_.max_request_bytes = 64 * 1024;
     config_.warmup_batches = 1;
+    config_.drain_linger_ms = 0;
     config_.batching.max_queue_delay_us = 2000;
     if (adjust) adjust(&config_);
     model_config_ = server_test::SmallModelConfig();

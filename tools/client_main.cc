@@ -39,8 +39,17 @@ void SetDeadline(grpc::ClientContext* context, int64_t timeout_ms) {
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
 }
 
+const char* CodeName(grpc::StatusCode code) {
+  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+                                 "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
+}
+
 int Fail(const std::string& what, const grpc::Status& status) {
-  std::fprintf(stderr, "jagrank-client: %s failed: %d %s\n", what.c_str(), static_cast<int>(status.error_code()),
+  std::fprintf(stderr, "jagrank-client: %s failed: %s: %s\n", what.c_str(), CodeName(status.error_code()),
                status.error_message().c_str());
   return 1;
 }

@@ -86,6 +86,8 @@ class LoadGen {
     const auto start = SteadyClock::now();
     const auto measure_at = start + Seconds(options_.warmup_s);
     const auto end_at = measure_at + Seconds(options_.duration_s);
+    measure_at_ = measure_at;
+    end_at_ = end_at;
     std::thread pacer;
     if (open_loop) {
       pacer = std::thread([this, end_at] { OpenLoop(end_at); });
@@ -97,7 +99,6 @@ class LoadGen {
     for (auto tick = start + std::chrono::seconds(1); tick < end_at + std::chrono::milliseconds(1);
          tick += std::chrono::seconds(1)) {
       std::this_thread::sleep_until(std::min(tick, end_at));
-      if (!measuring_.load() && SteadyClock::now() >= measure_at) measuring_.store(true);
       const int64_t done = completed_.load();
       std::fprintf(stderr, "\r[%5.1fs %s] %7.0f calls/s  outstanding %5lld  ok %9lld  errors %lld   ",
                    std::chrono::duration<double>(SteadyClock::now() - start).count(),
@@ -106,7 +107,6 @@ class LoadGen {
                    static_cast<long long>(errors_total_.load()));
       last_done = done;
     }
-    measuring_.store(false);
     stopping_.store(true);
     if (pacer.joinable()) pacer.join();
     // Bounded wait for the calls still out (each has a deadline).
@@ -156,7 +156,7 @@ class LoadGen {
     v1::Ranker::Stub* stub = stubs_[n % stubs_.size()].get();
     auto* call = new Call;
     call->start = SteadyClock::now();
-    call->measured = measuring_.load();
+    call->measured = call->start >= measure_at_ && call->start < end_at_;
     call->candidates = request.candidate_item_ids_size();
     call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
     outstanding_.fetch_add(1);
@@ -204,7 +204,8 @@ class LoadGen {
       if (next >= end_at) break;
       std::this_thread::sleep_until(next);
       if (outstanding_.load() >= options_.max_outstanding) {
-        if (measuring_.load()) {
+        const auto now = SteadyClock::now();
+        if (now >= measure_at_ && now < end_at_) {
           std::lock_guard<std::mutex> lock(mu_);
           errors_["CLIENT_OVERLOAD"]++;
         }
@@ -275,7 +276,9 @@ class LoadGen {
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> ok_total_{0};
   std::atomic<int64_t> errors_total_{0};
-  std::atomic<bool> measuring_{false};
+  // The measured window: calls sent inside it count. Set before any call.
+  SteadyClock::time_point measure_at_;
+  SteadyClock::time_point end_at_;
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable idle_;

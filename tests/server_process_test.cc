@@ -1,0 +1,260 @@
+// The real binaries as a user runs them: jagrank-server under load gets
+// SIGTERM and loses no accepted request, then exits 0; jagrank-client and
+// jagrank-loadgen talk to it.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "model/config.h"
+#include "server_test_helpers.h"
+
+extern char** environ;
+
+namespace jagrank {
+namespace {
+
+using namespace std::chrono_literals;
+using server_test::MakeRequest;
+using server_test::PendingCall;
+using server_test::SendRank;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+// Waits up to `timeout` for `pid` to exit; fills its wait status.
+bool WaitExit(pid_t pid, std::chrono::milliseconds timeout, int* status) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (waitpid(pid, status, WNOHANG) == pid) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+// Runs a command, returns its exit code and stdout.
+int RunCommand(const std::string& command, std::string* out) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  out->clear();
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out->append(buffer, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class ServerProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/jagrank_server_process_XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+    model_config_ = server_test::SmallModelConfig();
+    std::ofstream(dir_ + "/model.yaml") << ModelConfigToYaml(model_config_);
+  }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      int status = 0;
+      kill(pid_, SIGKILL);
+      WaitExit(pid_, 5s, &status);
+    }
+  }
+
+  // Starts jagrank-server and waits (bounded) for health SERVING.
+  void StartServer(const std::vector<std::string>& extra) {
+    port_ = server_test::FreePort();
+    ASSERT_GT(port_, 0);
+    address_ = "127.0.0.1:" + std::to_string(port_);
+    std::vector<std::string> args = {JAGRANK_SERVER_BINARY, "--grpc-address", address_, "--metrics-address", "",
+                                     "--device", "cpu", "--model-config", dir_ + "/model.yaml", "--cpu-threads", "1", "--log-level", "debug"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = Spawn(args, dir_ + "/server.log");
+    ASSERT_GT(pid_, 0);
+    grpc::ChannelArguments channel_args;  // retry the connection quickly while the server starts
+    channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
+    channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
+    channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+    channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
+    auto health = grpc::health::v1::Health::NewStub(channel_);
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    bool serving = false;
+    while (!serving && std::chrono::steady_clock::now() < give_up) {
+      int status = 0;
+      ASSERT_NE(waitpid(pid_, &status, WNOHANG), pid_) << "server exited; log:\n" << ReadFile(dir_ + "/server.log");
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + 200ms);
+      context.set_wait_for_ready(true);  // keeps the channel reconnecting while the call waits
+      grpc::health::v1::HealthCheckResponse response;
+      grpc::health::v1::HealthCheckRequest request;
+      serving = health->Check(&context, request, &response).ok() &&
+                response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      if (!serving) std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(serving) << "not SERVING in 60 s; log:\n" << ReadFile(dir_ + "/server.log");
+    stub_ = v1::Ranker::NewStub(channel_);
+  }
+
+  std::string dir_;
+  ModelConfig model_config_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Ranker::Stub> stub_;
+};
+
+// Closed-loop load from 16 callers; SIGTERM in the middle. Every call must
+// end OK (accepted, computed) or UNAVAILABLE (refused at the door); some
+// accepted calls finish after the signal; the server exits 0.
+TEST_F(ServerProcessTest, SigtermDuringLoadLosesNoAcceptedRequestAndExitsZero) {
+  StartServer({"--max-queue-delay-us", "50000"});
+  std::vector<v1::RankRequest> requests;
+  for (int i = 0; i < 16; ++i) requests.push_back(MakeRequest(300 + i, 2 * i, 1 + i, model_config_));
+
+  struct Load {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<int, int64_t> codes;
+    int64_t ok_after_signal = 0;
+    int outstanding = 0;
+    bool stop = false;
+    std::chrono::steady_clock::time_point signal_at = std::chrono::steady_clock::time_point::max();
+  } load;
+  std::function<void(int)> issue = [&](int slot) {
+    auto* call = new PendingCall;
+    call->context.set_deadline(std::chrono::system_clock::now() + 30s);
+    stub_->async()->Rank(&call->context, &requests[slot], &call->response, [&, call, slot](grpc::Status status) {
+      bool again = false;
+      {
+        std::lock_guard<std::mutex> lock(load.mu);
+        load.codes[status.error_code()]++;
+        if (status.ok() && std::chrono::steady_clock::now() > load.signal_at) load.ok_after_signal++;
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) load.stop = true;
+        again = !load.stop;
+        if (!again) load.outstanding--;
+        load.cv.notify_all();
+      }
+      delete call;
+      if (again) issue(slot);
+    });
+  };
+  {
+    std::lock_guard<std::mutex> lock(load.mu);
+    load.outstanding = static_cast<int>(requests.size());
+  }
+  for (size_t slot = 0; slot < requests.size(); ++slot) issue(static_cast<int>(slot));
+  std::this_thread::sleep_for(400ms);  // load runs; then the signal lands mid-batch
+  {
+    std::lock_guard<std::mutex> lock(load.mu);
+    load.signal_at = std::chrono::steady_clock::now();
+  }
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  {
+    std::unique_lock<std::mutex> lock(load.mu);
+    ASSERT_TRUE(load.cv.wait_for(lock, 30s, [&] { return load.outstanding == 0; }))
+        << "calls still outstanding; log:\n" << ReadFile(dir_ + "/server.log");
+  }
+  int status = 0;
+  ASSERT_TRUE(WaitExit(pid_, 30s, &status)) << "server did not exit; log:\n" << ReadFile(dir_ + "/server.log");
+  pid_ = -1;
+  const std::string log = ReadFile(dir_ + "/server.log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+
+  std::lock_guard<std::mutex> lock(load.mu);
+  int64_t ok = load.codes[0], unavailable = load.codes[grpc::StatusCode::UNAVAILABLE];
+  for (const auto& [code, count] : load.codes) {
+    EXPECT_TRUE(code == 0 || code == grpc::StatusCode::UNAVAILABLE) << "lost calls: code " << code << " x" << count;
+  }
+  EXPECT_GT(ok, 16);
+  EXPECT_GT(load.ok_after_signal, 0) << "no accepted call was finished during the drain";
+  EXPECT_GT(unavailable, 0);
+  EXPECT_NE(log.find("drained"), std::string::npos) << log;
+}
+
+TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
+  StartServer({});
+  std::string out;
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address " + address_ + " --health", &out), 0);
+  EXPECT_EQ(out, "SERVING\n");
+  ASSERT_EQ(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address " + address_ +
+                           " --candidates 5,6,7 --history 1,2,3 --sparse 'country=4;segments=8,9'",
+                       &out),
+            0);
+  // "# header" plus one "item score" line per candidate, same order.
+  std::istringstream lines(out);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_NE(header.find("candidates=3"), std::string::npos) << out;
+  for (int64_t expected_item : {5, 6, 7}) {
+    int64_t item = 0;
+    float score = 0;
+    ASSERT_TRUE(lines >> item >> score) << out;
+    EXPECT_EQ(item, expected_item);
+    EXPECT_GT(score, 0.0f);
+    EXPECT_LT(score, 1.0f);
+  }
+  EXPECT_NE(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address " + address_ +
+                           " --candidates 5 --sparse 'nope=1' 2>&1",
+                       &out),
+            0);
+  EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
+  EXPECT_NE(out.find("nope"), std::string::npos) << out;
+
+  const std::string json = dir_ + "/loadgen.json";
+  ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
+                           " --concurrency 4 --duration-s 1 --warmup-s 0.2 --candidates-min 5 --candidates-max 20"
+                           " --history-median 8 --pool 64 --json-out " + json + " 2>/dev/null",
+                       &out),
+            0);
+  const nlohmann::json result = nlohmann::json::parse(ReadFile(json));
+  EXPECT_GT(result["requests_ok"].get<int64_t>(), 10) << result.dump();
+  EXPECT_EQ(result["requests_error"].get<int64_t>(), 0) << result.dump();
+  EXPECT_GT(result["qps"].get<double>(), 10) << result.dump();
+  const double p50 = result["latency_ms"]["p50"], p99 = result["latency_ms"]["p99"];
+  EXPECT_GT(p50, 0);
+  EXPECT_GE(p99, p50);
+  EXPECT_EQ(result["server"]["model"], "test-small");
+  // Close this process's idle connection first: with no call to poll it, the
+  // client would notice the server's GOAWAY only at its backup poll (5 s).
+  stub_.reset();
+  channel_.reset();
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int status = 0;
+  ASSERT_TRUE(WaitExit(pid_, 30s, &status));
+  pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace jagrank
