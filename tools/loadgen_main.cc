@@ -96,16 +96,20 @@ class LoadGen {
     }
     // Progress: one line per second on stderr.
     int64_t last_done = 0;
-    for (auto tick = start + std::chrono::seconds(1); tick < end_at + std::chrono::milliseconds(1);
-         tick += std::chrono::seconds(1)) {
+    auto last_tick = start;
+    for (auto tick = start + std::chrono::seconds(1);; tick += std::chrono::seconds(1)) {
       std::this_thread::sleep_until(std::min(tick, end_at));
+      const auto now = SteadyClock::now();
       const int64_t done = completed_.load();
       std::fprintf(stderr, "\r[%5.1fs %s] %7.0f calls/s  outstanding %5lld  ok %9lld  errors %lld   ",
-                   std::chrono::duration<double>(SteadyClock::now() - start).count(),
-                   SteadyClock::now() < measure_at ? "warm-up" : "measure", static_cast<double>(done - last_done),
+                   std::chrono::duration<double>(now - start).count(), now < measure_at ? "warm-up" : "measure",
+                   static_cast<double>(done - last_done) /
+                       std::max(1e-3, std::chrono::duration<double>(now - last_tick).count()),
                    static_cast<long long>(outstanding_.load()), static_cast<long long>(ok_total_.load()),
                    static_cast<long long>(errors_total_.load()));
       last_done = done;
+      last_tick = now;
+      if (now >= end_at) break;
     }
     stopping_.store(true);
     if (pacer.joinable()) pacer.join();

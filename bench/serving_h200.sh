@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# Issue 7's end-to-end serving benchmark, run on the GPU machine:
+#   bench/serving_h200.sh BUNDLE_DIR
+# BUNDLE_DIR holds bin/jagrank-server, bin/jagrank-loadgen, bin/jagrank-client
+# and env.sh (sourced first). Results go to $OUT (default ./out/serving_h200):
+#   <workload>_<attention>_<load>.json      one jagrank-loadgen result each
+#   <workload>_<attention>_<load>.metrics   /metrics scraped right after that run
+#   <workload>_<attention>_<load>.gpu.csv   nvidia-smi samples during that run
+#   <workload>_<attention>.server.log       the server's log
+#   summary.json, summary.md                per strategy: best QPS with p99 <= 20 ms, memory, time split
+# Workloads: "h1024" = the default model (d = 64, max_history_len 1024),
+# histories log-normal with median 100 capped at 1024, 50-500 candidates;
+# "h4096" = the same model with max_history_len 4096 (median 300).
+# Each strategy (jagged, padded_flash, padded_dense) gets a closed-loop
+# concurrency ramp and an open-loop Poisson sweep at fractions of its
+# closed-loop peak. Total runtime about 6 minutes. Overrides (environment):
+# DURATION_S, WARMUP_S, STRATEGIES, DEVICE.
+set -uo pipefail
+
+BUNDLE=${1:?usage: serving_h200.sh BUNDLE_DIR}
+BUNDLE=$(cd "$BUNDLE" && pwd)
+# shellcheck disable=SC1091
+source "$BUNDLE/env.sh"
+OUT=${OUT:-$PWD/out/serving_h200}
+mkdir -p "$OUT"
+BIN=$BUNDLE/bin
+DURATION_S=${DURATION_S:-5}
+WARMUP_S=${WARMUP_S:-1}
+GRPC_PORT=18500
+METRICS_PORT=19100
+STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
+# Server batching for the GPU: bigger batches than the CPU defaults.
+DEVICE=${DEVICE:-cuda}   # DEVICE=cpu for a dry run of the script anywhere
+SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidates 65536 --max-batch-requests 512
+              --max-queue-requests 8192)
+LOADGEN_FLAGS=(--channels 8 --pool 1024 --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S")
+
+SERVER_PID=""
+SMI_PID=""
+cleanup() {
+  [[ -n "$SMI_PID" ]] && kill "$SMI_PID" 2>/dev/null
+  if [[ -n "$SERVER_PID" ]]; then
+    kill -TERM "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+  fi
+}
+trap cleanup EXIT
+
+log() { echo "[serving_h200 $(date -u +%H:%M:%S)] $*" >&2; }
+
+scrape() {  # scrape FILE: /metrics -> FILE (python3: curl may be missing)
+  python3 - "$METRICS_PORT" "$1" <<'PY'
+import sys, urllib.request
+port, path = sys.argv[1], sys.argv[2]
+try:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+except Exception as e:  # keep going: the loadgen result still counts
+    text = f"# scrape failed: {e}\n"
+open(path, "w").write(text)
+PY
+}
+
+start_server() {  # start_server NAME ATTENTION [extra flags...]
+  local name=$1 attention=$2
+  shift 2
+  "$BIN/jagrank-server" --grpc-address 127.0.0.1:$GRPC_PORT --metrics-address 127.0.0.1:$METRICS_PORT \
+    --attention "$attention" "${SERVER_FLAGS[@]}" "$@" >"$OUT/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 600); do
+    if "$BIN/jagrank-client" --address 127.0.0.1:$GRPC_PORT --health --timeout-ms 500 >/dev/null 2>&1; then
+      log "$name: SERVING ($(grep -o 'device=[^ ]*' "$OUT/$name.server.log" | head -1))"
+      return 0
+    fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+  log "$name: server did not become SERVING; log:"
+  tail -20 "$OUT/$name.server.log" >&2
+  kill -9 "$SERVER_PID" 2>/dev/null
+  SERVER_PID=""
+  return 1
+}
+
+stop_server() {
+  kill -TERM "$SERVER_PID" 2>/dev/null
+  wait "$SERVER_PID"
+  log "server exit code $?"
+  SERVER_PID=""
+}
+
+run_point() {  # run_point LABEL workload-flags... -- load-flags...
+  local label=$1
+  shift
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 \
+      >"$OUT/$label.gpu.csv" 2>/dev/null &
+    SMI_PID=$!
+  fi
+  scrape "$OUT/$label.before.metrics"
+  "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
+    --json-out "$OUT/$label.json" 2>/dev/null | tail -n +2
+  scrape "$OUT/$label.metrics"
+  if [[ -n "$SMI_PID" ]]; then kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=""; fi
+}
+
+best_qps() {  # best_qps GLOB: highest qps among results with p99 <= 20 ms (else the highest overall)
+  python3 - "$@" <<'PY'
+import json, sys
+rs = [json.load(open(p)) for p in sys.argv[1:]]
+ok = [r for r in rs if r["requests_ok"] > 0 and r["latency_ms"]["p99"] <= 20.0] or rs
+print(max((r["qps"] for r in ok), default=0))
+PY
+}
+
+bench_workload() {  # bench_workload NAME CONCURRENCIES RATE_FRACTIONS model-flags... -- workload-flags...
+  local name=$1 concurrencies=$2 fractions=$3
+  shift 3
+  local model_flags=() workload_flags=()
+  while [[ $# -gt 0 && $1 != -- ]]; do model_flags+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  workload_flags=("$@")
+  for attention in $STRATEGIES; do
+    local tag=${name}_${attention}
+    start_server "$tag" "$attention" "${model_flags[@]}" || continue
+    for c in $concurrencies; do
+      run_point "${tag}_c$c" "${workload_flags[@]}" --concurrency "$c"
+    done
+    local peak
+    peak=$(best_qps "$OUT/${tag}"_c*.json)
+    for f in $fractions; do
+      local rate
+      rate=$(python3 -c "print(max(1, int($peak * $f)))")
+      run_point "${tag}_r$rate" "${workload_flags[@]}" --rate "$rate"
+    done
+    stop_server
+  done
+}
+
+log "bundle $BUNDLE, results in $OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1 || true
+
+# Workload 1: the default model, histories median 100 up to 1024, 50-500 candidates.
+bench_workload h1024 "8 32 64 128 256" "0.5 0.8 0.95" -- \
+  --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
+
+# Workload 2: max_history_len 4096 (model config written here from the default's keys).
+cat >"$OUT/model_h4096.yaml" <<'YAML'
+name: jagrank-dlrm
+embedding_dim: 64
+num_dense_features: 13
+sparse_features:
+  - {name: user_country, num_rows: 1000}
+  - {name: user_age_bucket, num_rows: 16}
+  - {name: user_segments, num_rows: 100000}
+  - {name: device_type, num_rows: 32}
+  - {name: hour_of_week, num_rows: 168}
+  - {name: query_terms, num_rows: 500000}
+item_rows: 1000000
+max_history_len: 4096
+attention_heads: 2
+bottom_mlp: [256, 128, 64]
+top_mlp: [512, 256, 1]
+seed: 42
+YAML
+bench_workload h4096 "16 64 128" "" --model-config "$OUT/model_h4096.yaml" -- \
+  --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
+
+# Summary: per workload and strategy, the best load with p99 <= 20 ms, its
+# latencies, peak device memory and the server's time split over that run.
+python3 - "$OUT" <<'PY'
+import glob, json, os, re, sys
+out = sys.argv[1]
+
+def metrics(path):
+    vals = {}
+    if not os.path.exists(path):
+        return vals
+    for line in open(path):
+        if line.startswith("#") or not line.strip():
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if m:
+            try:
+                vals[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+            except ValueError:
+                pass
+    return vals
+
+def gpu_busy(path):
+    xs = []
+    if os.path.exists(path):
+        for line in open(path):
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 2:
+                try:
+                    xs.append(float(parts[1]))
+                except ValueError:
+                    pass
+    return sum(xs) / len(xs) / 100.0 if xs else None
+
+rows = {}
+for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
+    label = os.path.basename(path)[:-5]
+    m = re.match(r"^(h\d+)_(jagged|padded_flash|padded_dense)_([cr]\d+)$", label)
+    if not m:
+        continue
+    r = json.load(open(path))
+    before, after = metrics(os.path.join(out, label + ".before.metrics")), metrics(os.path.join(out, label + ".metrics"))
+    d = lambda k: after.get(k, 0.0) - before.get(k, 0.0)
+    batches = d("jagrank_batch_requests_count")
+    split = {k: d(f"jagrank_{k}_sum") / max(1.0, d(f"jagrank_{k}_count")) * 1e3 for k in
+             ["queue_latency_seconds", "compute_latency_seconds", "h2d_seconds", "d2h_seconds",
+              "batch_assemble_seconds"]}
+    r["server_ms_per_request_or_batch"] = split
+    r["mean_batch_requests"] = d("jagrank_batch_requests_sum") / batches if batches else None
+    r["compute_busy_fraction"] = d("jagrank_compute_latency_seconds_sum") / (r["duration_s"] + r["warmup_s"])
+    r["gpu_busy_fraction_smi"] = gpu_busy(os.path.join(out, label + ".gpu.csv"))
+    r["device_memory_peak_bytes"] = after.get("jagrank_device_memory_peak_bytes")
+    r["device_memory_used_bytes"] = after.get("jagrank_device_memory_used_bytes")
+    r["model_weights_bytes"] = after.get("jagrank_model_weights_bytes")
+    rows.setdefault((m.group(1), m.group(2)), []).append(r)
+
+summary = {}
+for (workload, attention), rs in sorted(rows.items()):
+    ok = [r for r in rs if r["requests_ok"] > 0 and r["latency_ms"]["p99"] <= 20.0 and r["requests_error"] == 0]
+    best = max(ok, key=lambda r: r["qps"]) if ok else None
+    summary.setdefault(workload, {})[attention] = {
+        "best_under_p99_20ms": None if best is None else {
+            "label": best["label"], "qps": best["qps"], "candidates_per_s": best["candidates_per_s"],
+            "p50_ms": best["latency_ms"]["p50"], "p99_ms": best["latency_ms"]["p99"],
+            "mean_batch_requests": best["mean_batch_requests"], "time_split_ms": best["server_ms_per_request_or_batch"],
+            "compute_busy_fraction": best["compute_busy_fraction"], "gpu_busy_fraction_smi": best["gpu_busy_fraction_smi"]},
+        "peak_device_memory_bytes": max((r["device_memory_peak_bytes"] or 0) for r in rs),
+        "max_qps_any_latency": max(r["qps"] for r in rs),
+        "points": [{"label": r["label"], "qps": r["qps"], "p50_ms": r["latency_ms"]["p50"],
+                    "p99_ms": r["latency_ms"]["p99"], "errors": r["requests_error"]} for r in rs],
+    }
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
+
+lines = ["# jagrank serving on one H200", ""]
+for workload, per in summary.items():
+    lines += [f"## {workload}", "", "| attention | best QPS (p99<=20ms) | cand/s | p50 ms | p99 ms | batch req | queue ms | compute ms/batch | GPU busy | peak dev MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for attention, s in per.items():
+        b = s["best_under_p99_20ms"] or {}
+        split = b.get("time_split_ms", {})
+        fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)
+        lines.append(f"| {attention} | {fmt(b.get('qps'))} | {fmt(b.get('candidates_per_s'), '{:.0f}')} | "
+                     f"{fmt(b.get('p50_ms'), '{:.2f}')} | {fmt(b.get('p99_ms'), '{:.2f}')} | {fmt(b.get('mean_batch_requests'))} | "
+                     f"{fmt(split.get('queue_latency_seconds'), '{:.2f}')} | {fmt(split.get('compute_latency_seconds'), '{:.2f}')} | "
+                     f"{fmt(b.get('gpu_busy_fraction_smi'), '{:.2f}')} | {s['peak_device_memory_bytes'] / 2**20:.0f} |")
+    j = per.get("jagged", {})
+    for other in ["padded_dense", "padded_flash"]:
+        o = per.get(other, {})
+        jq = (j.get("best_under_p99_20ms") or {}).get("qps")
+        oq = (o.get("best_under_p99_20ms") or {}).get("qps")
+        if jq and oq:
+            lines.append(f"\njagged vs {other} QPS at p99<=20ms: {jq / oq:.2f}x")
+    if j.get("peak_device_memory_bytes") and per.get("padded_dense", {}).get("peak_device_memory_bytes"):
+        lines.append(f"jagged vs padded_dense peak memory: {j['peak_device_memory_bytes'] / per['padded_dense']['peak_device_memory_bytes']:.2f}x")
+    lines.append("")
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+
+try:  # plots when matplotlib is there
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for workload in summary:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for (w, attention), rs in sorted(rows.items()):
+            if w != workload:
+                continue
+            pts = sorted((r["qps"], r["latency_ms"]["p99"]) for r in rs if r["label"].split("_")[-1].startswith("c"))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=attention)
+        ax.axhline(20, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("QPS"); ax.set_ylabel("p99 latency (ms)"); ax.set_yscale("log"); ax.legend()
+        ax.set_title(f"jagrank on H200, {workload}")
+        fig.tight_layout(); fig.savefig(os.path.join(out, f"qps_p99_{workload}.png"), dpi=120)
+except ImportError:
+    pass
+PY
+log "done"
