@@ -2,7 +2,7 @@
 # Installs the Debian packages jagrank needs to build, test and run.
 # Idempotent: quiet and fast when everything is present; runs `apt-get update`
 # once, and only when something is missing (a fresh machine's lists are stale).
-# Usage: scripts/install-deps.sh [--runtime]   (--runtime: only what the server needs to run)
+# Usage: scripts/install-deps.sh [--build-only]   (--build-only: skip the test peers, Prometheus and Chromium)
 set -euo pipefail
 
 build_pkgs=(
