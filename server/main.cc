@@ -1,12 +1,12 @@
 // jagrank-server: see DESIGN.md "Server". Flags override --config (which
 // defaults to the embedded config/server.yaml).
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <memory>
 #include <thread>
 
@@ -18,6 +18,19 @@
 
 namespace jagrank {
 namespace {
+
+std::atomic<int> g_signals{0};
+std::atomic<int> g_last_signal{0};
+
+// Async-signal-safe: counts; the second signal exits at once.
+void OnSignal(int sig) {
+  g_last_signal.store(sig);
+  if (g_signals.fetch_add(1) >= 1) {
+    static const char kMessage[] = "jagrank-server: second signal, exiting now without draining\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    _exit(1);
+  }
+}
 
 Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   std::string config_path, grpc_address, metrics_address, device, model_config, model_weights, attention,
@@ -78,13 +91,14 @@ int Main(int argc, char** argv) {
   if (help) return 0;
   spdlog::set_level(spdlog::level::from_str(config.log_level));
 
-  // Signals go to the thread that sigwait()s below: block them before any
-  // other thread (gRPC, executor, exposer) exists so all threads inherit it.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A handler rather than sigwait: libraries start threads before main (the
+  // BLAS pool), and a signal landing on one of those would otherwise take the
+  // default action and kill the process without a drain.
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 
   NullMetrics null_metrics;
   std::unique_ptr<PrometheusMetrics> prometheus;
@@ -109,26 +123,10 @@ int Main(int argc, char** argv) {
                model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
                ServerConfigSummary(config));
 
-  // First signal: drain on a helper thread. A second one: exit at once.
-  std::atomic<bool> drained{false};
-  Status drain_status;
-  std::thread drainer;
-  for (;;) {
-    timespec tick{0, 100 * 1000 * 1000};
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (drained.load()) break;
-    if (sig < 0) continue;
-    if (drainer.joinable()) {
-      spdlog::warn("second signal {} during drain: exiting now", sig);
-      std::_Exit(1);
-    }
-    spdlog::info("signal {}: draining (send it again to exit at once)", sig);
-    drainer = std::thread([&] {
-      drain_status = server->Drain();
-      drained.store(true);
-    });
-  }
-  drainer.join();
+  // First signal: drain (OnSignal exits at once on the second).
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  spdlog::info("signal {}: draining (send it again to exit at once)", g_last_signal.load());
+  const Status drain_status = server->Drain();
   if (!drain_status.ok()) {
     spdlog::error("drain: {}", drain_status.ToString());
     std::_Exit(1);
