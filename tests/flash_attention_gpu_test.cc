@@ -331,6 +331,48 @@ TEST_F(FlashAttentionGpuTest, LargeScoresStayFinite) {
   RunCase(c, 41, kBf16Tolerance);
 }
 
+// Batches large enough (batch x heads x max_q_len x max_k_len x head_dim >=
+// 3e10) for the launcher to order the sequences longest first through its
+// workspace: every sequence must still land in its own rows.
+TEST_F(FlashAttentionGpuTest, LongestFirstOrderKeepsEachSequenceInPlace) {
+  std::mt19937_64 rng(51);
+  {
+    Case c;  // self-attention: 80 x 2048^2 x 128 = 4.3e10
+    c.head_dim = 128;
+    c.q_lengths = RandomLengths(rng, 80, 64);  // includes 0 and 1
+    c.q_lengths[17] = 2048;
+    c.q_lengths[60] = 700;
+    c.q_lengths[61] = 700;  // a tie
+    SCOPED_TRACE("self");
+    RunCase(c, rng(), kBf16Tolerance);
+  }
+  {
+    Case c;  // target attention: 160 x 1024 x 4096 x 64 = 4.3e10
+    c.head_dim = 64;
+    c.q_lengths = RandomLengths(rng, 160, 40);
+    for (int32_t& n : c.q_lengths) n = std::max(n, 1);
+    c.k_lengths = RandomLengths(rng, 160, 300);  // includes empty histories
+    c.q_lengths[3] = 1024;
+    c.k_lengths[3] = 200;
+    c.q_lengths[150] = 16;
+    c.k_lengths[150] = 4096;
+    c.shared_kv = true;
+    c.o_extra_columns = 0;
+    SCOPED_TRACE("target");
+    RunCase(c, rng(), kBf16Tolerance);
+  }
+  {
+    Case c;  // padded flash: 256 x 1024^2 x 128 = 3.4e10; the order follows the valid lengths
+    c.head_dim = 128;
+    c.q_lengths.assign(256, 1024);
+    c.k_valid_len = RandomLengths(rng, 256, 16);  // includes 0 and 1
+    c.k_valid_len[5] = 1024;
+    c.k_valid_len[200] = 1100;  // past the padded length
+    SCOPED_TRACE("padded");
+    RunCase(c, rng(), kBf16Tolerance);
+  }
+}
+
 // Argument errors are found on the host, before any CUDA call: these run
 // without a device too.
 AttentionParams ValidLookingParams() {

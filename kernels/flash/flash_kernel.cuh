@@ -6,7 +6,9 @@
 // query tile fastest: the CTAs of one (sequence, head) run side by side and
 // share its K/V through L2, so K/V come from HBM about once instead of once
 // per query tile (bench/NOTES.md, v3). Tiles past a sequence's end return at
-// once.
+// once. With an order (flash_schedule.cu) the sequences are taken longest
+// first, so that the longest ones do not start last and form the tail
+// (bench/NOTES.md, v5).
 #ifndef JAGRANK_KERNELS_FLASH_FLASH_KERNEL_CUH_
 #define JAGRANK_KERNELS_FLASH_FLASH_KERNEL_CUH_
 
@@ -98,9 +100,11 @@ __device__ __forceinline__ uint32_t FastExp2Bf16x2(float lo, float hi) {
   return y;
 }
 
+// maybe_order (optional, [batch]): the sequences in the order their CTAs
+// should start, longest first (LongestFirstOrderKernel); null = batch order.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    FlashAttentionBf16Kernel(const AttentionParams p, const float scale_log2) {
+    FlashAttentionBf16Kernel(const AttentionParams p, const float scale_log2, const int* __restrict__ maybe_order) {
   constexpr int kD = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -116,8 +120,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
   const int bh = blockIdx.x / m_blocks;
   const int m_block = blockIdx.x - bh * m_blocks;
-  const int b = bh / p.num_heads;
-  const int h = bh - b * p.num_heads;
+  const int rank = bh / p.num_heads;
+  const int h = bh - rank * p.num_heads;
+  const int b = maybe_order != nullptr ? maybe_order[rank] : rank;
   const int q_start = p.q_offsets[b];
   const int q_len = p.q_offsets[b + 1] - q_start;
   const int m0 = m_block * kBlockM;
@@ -289,7 +294,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       // maximum: otherwise every alpha is exactly 2^0 = 1. Past the first
       // few tiles of a long sequence that skips kMTiles * kD / 2 FMULs per
       // thread and tile.
-      if (__any_sync(0xffffffffu, max_changed)) {
+      if (!Traits::kSkipUnchangedRescale || __any_sync(0xffffffffu, max_changed)) {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll

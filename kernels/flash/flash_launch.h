@@ -18,6 +18,14 @@ Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream);
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream);
 
+// Longest-first schedule (flash_schedule.cu): writes the sequences' order,
+// longest valid key count first, into a workspace kept per (device, stream)
+// and launches `launch` with it, both on `stream`. The workspace grows with
+// the batch and is reused by later calls on the same stream (stream order
+// keeps them apart); a lock spans the two launches.
+using FlashOrderedLaunch = Status (*)(const AttentionParams& params, cudaStream_t stream, const int* maybe_order);
+Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, FlashOrderedLaunch launch);
+
 }  // namespace flash
 }  // namespace jagrank
 

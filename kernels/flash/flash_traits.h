@@ -11,7 +11,8 @@ namespace flash {
 // sequence; K/V tiles are shared by the CTA's warps through shared memory,
 // double-buffered with cp.async. FlashBf16Config below holds the shipped
 // choice per head dim; the benchmark instantiates others to compare.
-template <int kHeadDim_, int kWarps_, int kMTiles_, int kBlockN_, int kMinBlocksPerSm_, bool kPackedExp_>
+template <int kHeadDim_, int kWarps_, int kMTiles_, int kBlockN_, int kMinBlocksPerSm_, bool kPackedExp_,
+          bool kSkipUnchangedRescale_ = true>
 struct FlashBf16Traits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kWarps_;
@@ -30,6 +31,9 @@ struct FlashBf16Traits {
   // sums by an MMA against ones: fewer instructions per score where the
   // softmax, not the MMAs, is the limit (D = 32).
   static constexpr bool kPackedExp = kPackedExp_;
+  // Skip O *= alpha when no row max of the warp changed (a warp-uniform
+  // branch between S and P V); false: always rescale, one basic block.
+  static constexpr bool kSkipUnchangedRescale = kSkipUnchangedRescale_;
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix then fall in
   // 8 different 4-bank groups (no bank conflicts) for every D here.
   static constexpr int kSmemStride = kHeadDim + 8;  // elements
