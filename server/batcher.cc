@@ -1,5 +1,6 @@
 #include "server/batcher.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace jagrank {
@@ -18,7 +19,12 @@ bool QueuedRequest::Expired(Clock::time_point now, Status* why) const {
   return false;
 }
 
-Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics) : config_(config), metrics_(metrics) {}
+Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCost attention_cost)
+    : config_(config), metrics_(metrics), attention_cost_(attention_cost) {}
+
+int64_t Batcher::AttentionCostOf(int64_t count, int64_t sum_of_squares, int64_t longest) const {
+  return attention_cost_ == AttentionCost::kPadded ? count * longest * longest : sum_of_squares;
+}
 
 Batcher::~Batcher() {
   // Whatever is still queued is answered, never leaked.
@@ -43,6 +49,7 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
     queued_candidates_ += r.candidates;
     queued_history_tokens_ += r.history_tokens;
     queued_attention_cost_ += r.attention_cost;
+    queued_longest_ = std::max(queued_longest_, r.history_tokens);
     queue_.push_back(std::move(*request));
     depth = queue_.size();
   }
@@ -55,7 +62,7 @@ bool Batcher::BudgetReachedLocked() const {
   return static_cast<int64_t>(queue_.size()) >= config_.max_batch_requests ||
          queued_candidates_ >= config_.max_batch_candidates ||
          queued_history_tokens_ >= config_.max_batch_history_tokens ||
-         queued_attention_cost_ >= config_.max_batch_attention_cost;
+         AttentionCostOf(queue_.size(), queued_attention_cost_, queued_longest_) >= config_.max_batch_attention_cost;
 }
 
 std::unique_ptr<QueuedRequest> Batcher::PopLocked() {
@@ -64,6 +71,7 @@ std::unique_ptr<QueuedRequest> Batcher::PopLocked() {
   queued_candidates_ -= head->candidates;
   queued_history_tokens_ -= head->history_tokens;
   queued_attention_cost_ -= head->attention_cost;
+  if (queue_.empty()) queued_longest_ = 0;
   return head;
 }
 
@@ -86,7 +94,7 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
       }
       // Take requests in arrival order while they fit every budget; the
       // first live one is always taken, so an oversized request runs alone.
-      int64_t candidates = 0, tokens = 0, cost = 0;
+      int64_t candidates = 0, tokens = 0, sum_of_squares = 0, longest = 0;
       const Clock::time_point now = Clock::now();
       while (!queue_.empty()) {
         QueuedRequest& head = *queue_.front();
@@ -99,12 +107,14 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
             (static_cast<int>(batch->size()) + 1 > config_.max_batch_requests ||
              candidates + head.candidates > config_.max_batch_candidates ||
              tokens + head.history_tokens > config_.max_batch_history_tokens ||
-             cost + head.attention_cost > config_.max_batch_attention_cost)) {
+             AttentionCostOf(batch->size() + 1, sum_of_squares + head.attention_cost,
+                             std::max(longest, head.history_tokens)) > config_.max_batch_attention_cost)) {
           break;
         }
         candidates += head.candidates;
         tokens += head.history_tokens;
-        cost += head.attention_cost;
+        sum_of_squares += head.attention_cost;
+        longest = std::max(longest, head.history_tokens);
         batch->push_back(PopLocked());
       }
       depth = queue_.size();

@@ -1,8 +1,10 @@
 // Batcher: the dynamic batching policy, and nothing else. It owns the queue
 // of accepted requests and decides which of them form the next batch:
 //   - a batch closes when the queued work reaches any budget (requests,
-//     candidates, history tokens, attention cost = sum of L^2) or when the
-//     oldest queued request has waited max_queue_delay_us;
+//     candidates, history tokens, attention cost) or when the oldest queued
+//     request has waited max_queue_delay_us. The attention cost is the work
+//     the model's strategy does: sum of L^2 for jagged attention, R times the
+//     longest L^2 for the padded strategies (what they compute and allocate);
 //   - requests leave in arrival order; a single request above a budget runs
 //     alone instead of failing;
 //   - a full queue refuses at once (RESOURCE_EXHAUSTED);
@@ -40,7 +42,7 @@ struct QueuedRequest {
   // Work it brings to a batch (history counted after truncation).
   int64_t candidates = 0;
   int64_t history_tokens = 0;
-  int64_t attention_cost = 0;  // kept history length squared
+  int64_t attention_cost = 0;  // kept history length squared (L = history_tokens)
   Clock::time_point arrival = Clock::now();
   Clock::time_point deadline = Clock::time_point::max();
   // True once the client has gone away; may be empty (never cancelled).
@@ -56,8 +58,14 @@ struct QueuedRequest {
 
 class Batcher {
  public:
+  enum class AttentionCost {
+    kSumOfSquares,  // jagged: sum over requests of L^2
+    kPadded,        // padded_flash / padded_dense: R * (max L)^2
+  };
+
   // `metrics` must outlive the batcher.
-  Batcher(const BatchingConfig& config, ServerMetrics* metrics);
+  Batcher(const BatchingConfig& config, ServerMetrics* metrics,
+          AttentionCost attention_cost = AttentionCost::kSumOfSquares);
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
@@ -83,14 +91,20 @@ class Batcher {
   bool BudgetReachedLocked() const;  // REQUIRES: mu_ held
   std::unique_ptr<QueuedRequest> PopLocked();  // REQUIRES: mu_ held, queue not empty; takes the head out of the totals
 
+  // Attention cost of `count` requests whose squared lengths sum to
+  // `sum_of_squares` and whose longest is `longest`.
+  int64_t AttentionCostOf(int64_t count, int64_t sum_of_squares, int64_t longest) const;
+
   const BatchingConfig config_;
   ServerMetrics* const metrics_;
+  const AttentionCost attention_cost_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<QueuedRequest>> queue_;  // guarded by mu_
   int64_t queued_candidates_ = 0;                     // guarded by mu_
   int64_t queued_history_tokens_ = 0;                 // guarded by mu_
-  int64_t queued_attention_cost_ = 0;                 // guarded by mu_
+  int64_t queued_attention_cost_ = 0;                 // guarded by mu_; sum of L^2
+  int64_t queued_longest_ = 0;                        // guarded by mu_; longest L since the queue was last empty (an upper bound)
   bool closed_ = false;                               // guarded by mu_
 };
 

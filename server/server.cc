@@ -127,7 +127,10 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
     if (!s.ok()) return Status(s.code(), "warm-up forward failed: " + s.message());
   }
   metrics_->SetMemory(model_->Memory());
-  batcher_ = std::make_unique<Batcher>(config_.batching, metrics_);
+  batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
+                                       model_->attention() == AttentionStrategy::kJagged
+                                           ? Batcher::AttentionCost::kSumOfSquares
+                                           : Batcher::AttentionCost::kPadded);
   executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
   executor_->Start();
   service_->SetReady(model_.get(), batcher_.get());

@@ -19,7 +19,7 @@ struct BatchingConfig {
   int max_batch_requests = 256;               // requests per batch
   int64_t max_batch_candidates = 16384;       // candidate rows per batch
   int64_t max_batch_history_tokens = 131072;  // sum of kept history lengths per batch
-  int64_t max_batch_attention_cost = 64LL << 20;  // sum of L^2 over the batch's kept histories
+  int64_t max_batch_attention_cost = 64LL << 20;  // jagged: sum of L^2 over kept histories; padded strategies: R * (max L)^2
   int max_queue_requests = 2048;              // queued requests (beyond the <= 2 batches the executor holds); more -> RESOURCE_EXHAUSTED
 };
 

@@ -91,6 +91,33 @@ TEST(BatcherTest, HistoryAndAttentionBudgetsCloseBatches) {
   EXPECT_EQ(Tag(batch[1]), 10);
 }
 
+// Padded strategies pay R * (longest L)^2: one long history makes every
+// request in the batch cost as much.
+TEST(BatcherTest, PaddedAttentionCostCountsTheLongestHistoryForEveryRequest) {
+  NullMetrics metrics;
+  Finished finished;
+  BatchingConfig c = Budgets();
+  c.max_batch_candidates = 1000;
+  c.max_batch_history_tokens = 100000;
+  c.max_batch_attention_cost = 3 * 50 * 50;  // sum of squares would allow 50, 10, 10, 10, 10 ...
+  Batcher padded(c, &metrics, Batcher::AttentionCost::kPadded);
+  for (int len : {50, 10, 10, 10, 10}) {
+    auto r = Fake(len, 1, len, &finished);
+    ASSERT_TRUE(padded.Enqueue(&r).ok());
+  }
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  ASSERT_TRUE(padded.NextBatch(&batch));  // 5 * 50^2 > budget: closes at once
+  EXPECT_EQ(batch.size(), 3u);            // 3 * 50^2 fits, a fourth does not
+  Batcher jagged(c, &metrics, Batcher::AttentionCost::kSumOfSquares);
+  for (int len : {50, 10, 10, 10, 10}) {
+    auto r = Fake(len, 1, len, &finished);
+    ASSERT_TRUE(jagged.Enqueue(&r).ok());
+  }
+  jagged.Close();  // no budget is reached: flush without the delay
+  ASSERT_TRUE(jagged.NextBatch(&batch));
+  EXPECT_EQ(batch.size(), 5u);
+}
+
 TEST(BatcherTest, DelayClosesAPartialBatch) {
   NullMetrics metrics;
   Finished finished;
