@@ -29,10 +29,14 @@ WARMUP_S=${WARMUP_S:-1}
 GRPC_PORT=18500
 METRICS_PORT=19100
 STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
-# Server batching for the GPU: bigger batches than the CPU defaults.
+# Server batching for the GPU: bigger batches than the CPU defaults, and the
+# same budgets for every strategy. The attention budget (2^30) does not bind
+# at max_history_len 1024 (padded: 512 requests x 1024^2 = 2^29); at 4096 it
+# keeps a padded batch to 64 requests (padded_dense's score matrix: 64 x 2
+# heads x 4096^2 floats = 8.6 GB).
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu for a dry run of the script anywhere
 SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidates 65536 --max-batch-requests 512
-              --max-queue-requests 8192)
+              --max-batch-history-tokens 1048576 --max-batch-attention-cost 1073741824 --max-queue-requests 8192)
 LOADGEN_FLAGS=(--channels 8 --pool 1024 --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S")
 
 SERVER_PID=""

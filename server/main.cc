@@ -33,10 +33,16 @@ void OnSignal(int sig) {
 }
 
 Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
-  std::string config_path, grpc_address, metrics_address, device, model_config, model_weights, attention,
-      log_level;
-  int64_t max_queue_delay_us = 0, max_batch_candidates = 0;
-  int max_queue_requests = 0, max_batch_requests = 0, max_candidates_per_request = 0, cpu_threads = 0;
+  // Flag values start at the built-in defaults (shown by --help); only flags
+  // given on the command line override the config file.
+  const ServerConfig d;
+  std::string config_path, grpc_address = d.grpc_address, metrics_address = d.metrics_address, device = d.device,
+                           model_config, model_weights, attention = d.attention, log_level = d.log_level;
+  int64_t max_queue_delay_us = d.batching.max_queue_delay_us, max_batch_candidates = d.batching.max_batch_candidates,
+          max_batch_history_tokens = d.batching.max_batch_history_tokens,
+          max_batch_attention_cost = d.batching.max_batch_attention_cost;
+  int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
+      max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads;
   FlagParser flags("jagrank-server: the jagrank gRPC ranking server");
   flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
   flags.Add("grpc-address", &grpc_address, "gRPC listen address host:port");
@@ -48,6 +54,9 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("max-queue-delay-us", &max_queue_delay_us, "batcher: longest wait of the oldest request");
   flags.Add("max-batch-candidates", &max_batch_candidates, "batcher: candidate rows per batch");
   flags.Add("max-batch-requests", &max_batch_requests, "batcher: requests per batch");
+  flags.Add("max-batch-history-tokens", &max_batch_history_tokens, "batcher: kept history ids per batch");
+  flags.Add("max-batch-attention-cost", &max_batch_attention_cost,
+            "batcher: attention work per batch (jagged: sum L^2; padded: R x max L^2)");
   flags.Add("max-queue-requests", &max_queue_requests, "queued requests before RESOURCE_EXHAUSTED");
   flags.Add("max-candidates-per-request", &max_candidates_per_request, "INVALID_ARGUMENT above this");
   flags.Add("cpu-threads", &cpu_threads, "CPU backend threads (0 = all cores)");
@@ -76,6 +85,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
   if (flags.IsSet("max-batch-candidates")) config->batching.max_batch_candidates = max_batch_candidates;
   if (flags.IsSet("max-batch-requests")) config->batching.max_batch_requests = max_batch_requests;
+  if (flags.IsSet("max-batch-history-tokens")) config->batching.max_batch_history_tokens = max_batch_history_tokens;
+  if (flags.IsSet("max-batch-attention-cost")) config->batching.max_batch_attention_cost = max_batch_attention_cost;
   if (flags.IsSet("max-queue-requests")) config->batching.max_queue_requests = max_queue_requests;
   return ValidateServerConfig(*config);
 }
