@@ -8,6 +8,8 @@
 #include <limits>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/server.h"
 #include "server_test_helpers.h"
@@ -272,6 +274,50 @@ TEST_F(ServerGrpcTest, ExpiredDeadlineIsNeverComputed) {
     EXPECT_EQ(log_.candidate_ids.count(777777777), 0u) << "the expired request was computed";
   }
   EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
+}
+
+// Server reflection answers list_services (raw bytes: the reflection protos
+// are not installed, and the names are plain strings on the wire).
+TEST_F(ServerGrpcTest, ReflectionListsTheServices) {
+  StartServer();
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 10s);
+  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto step = [&](intptr_t tag) {
+    void* got = nullptr;
+    bool ok = false;
+    return cq.Next(&got, &ok) && ok && reinterpret_cast<intptr_t>(got) == tag;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(step(1));
+  // ServerReflectionRequest{list_services = "*"}: field 7, length-delimited.
+  const std::string request("\x3a\x01*", 3);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(step(2));
+  call->WritesDone(reinterpret_cast<void*>(3));
+  ASSERT_TRUE(step(3));
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(step(4));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(in.Dump(&slices).ok());
+  std::string response;
+  for (const grpc::Slice& s : slices) response.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(response.find("jagrank.v1.Ranker"), std::string::npos);
+  EXPECT_NE(response.find("grpc.health.v1.Health"), std::string::npos);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(step(5));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 TEST_F(ServerGrpcTest, HealthServingThenDrainFinishesAcceptedAndRefusesNew) {
