@@ -62,7 +62,7 @@ int Main(int argc, char** argv) {
   FlagParser flags(
       "jagrank-client: send one Rank request and print one 'item_id score' line per candidate.\n"
       "  jagrank-client --candidates 11,12,13 --history 5,6,7 --sparse 'user_country=3;user_segments=7,9'\n"
-      "  jagrank-client --request-json request.json   (proto3 JSON of jagrank.v1.RankRequest)\n"
+      "  jagrank-client --request-json tools/example_request.json   (proto3 JSON of jagrank.v1.RankRequest)\n"
       "  jagrank-client --health | --info");
   flags.Add("address", &address, "server host:port");
   flags.Add("timeout-ms", &timeout_ms, "call deadline");
