@@ -42,11 +42,14 @@ Status LaunchFlashBf16Kernel(const AttentionParams& params, cudaStream_t stream,
 
 // Upper bound of the work (batch x heads x max_q_len x max_k_len x head_dim)
 // above which the longest-first order is used (its extra one-CTA launch costs
-// a few microseconds). Chosen before measuring; the H200 variant harness
-// later showed the order winning 18-24% on the smaller target-attention
-// shapes below this bound too (bench/NOTES.md, v5): lowering it is the next
-// step, not yet measured by the full benchmark.
-constexpr double kLongestFirstMinWork = 3e10;
+// a few microseconds). 3e10 in v5; lowered to 3e9 in v6 so that the three
+// smaller target-attention shapes (bounds of at most 8.6e9-1.7e10) are
+// ordered too: target Lmax 2048, whose tile did not change, 0.075 -> 0.057
+// ms (1.02x -> 1.35x varlen FA2, same H200 call, bench/NOTES.md v6). It also
+// orders self D = 32 N = 256 (at most 8.6e9), where it neither won nor lost
+// (0.115 -> 0.117 ms, within the spread). Launches of less work (< 3e9,
+// ~0.05 ms and shorter) stay in batch order.
+constexpr double kLongestFirstMinWork = 3e9;
 
 inline bool UseLongestFirst(const AttentionParams& params) {
   const double work_bound = static_cast<double>(params.batch) * params.num_heads * params.max_q_len *

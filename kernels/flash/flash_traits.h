@@ -59,13 +59,17 @@ struct FlashBf16Config<32> {
   using LongTraits = Traits;
   static constexpr int kLongKeysAbove = 1 << 30;
 };
-// D = 64: 8 warps x 16 rows win up to ~1K keys (1.26-1.34x FA2 at N = 512);
-// past that, 2 m-tiles per warp and 128-key tiles (1.373 -> 1.301 ms at
-// N = 4096 in the variant harness; not confirmed by the full benchmark, see
+// D = 64: up to 1K keys, 4 warps x 16 rows (64-row tiles), 4 CTAs per SM
+// (v6; was 8 warps x 16 rows, 2 CTAs/SM): self N = 512 0.561 -> 0.504 ms
+// (1.21x -> 1.27x varlen FA2), target Lmax 1024 0.043 -> 0.033 ms and
+// 0.048 -> 0.034 ms (1.04x -> 1.35x, 1.32x -> 1.85x; with the lower
+// longest-first bound) in one H200 call, bench/NOTES.md v6. Past 1K keys,
+// 2 m-tiles per warp and 128-key tiles (1.373 -> 1.301 ms at N = 4096 in
+// the variant harness; not confirmed by the full benchmark, see
 // bench/NOTES.md v4).
 template <>
 struct FlashBf16Config<64> {
-  using Traits = FlashBf16Traits<64, /*warps=*/8, /*m_tiles=*/1, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
+  using Traits = FlashBf16Traits<64, /*warps=*/4, /*m_tiles=*/1, /*block_n=*/64, /*min_blocks=*/4, /*packed_exp=*/true>;
   using LongTraits = FlashBf16Traits<64, 4, 2, 128, 2, true>;
   static constexpr int kLongKeysAbove = 1024;
 };
