@@ -92,6 +92,24 @@ stop_server() {
   SERVER_PID=""
 }
 
+thread_cpu() {  # thread_cpu PID FILE: CPU seconds so far per thread name of PID -> FILE (JSON)
+  python3 - "$1" "$2" <<'PY'
+import glob, json, os, sys
+pid, path = sys.argv[1], sys.argv[2]
+tick = os.sysconf("SC_CLK_TCK")
+cpu = {}
+for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+    try:
+        text = open(stat).read()
+    except OSError:
+        continue
+    name = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    cpu[name] = cpu.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+json.dump(cpu, open(path, "w"))
+PY
+}
+
 run_point() {  # run_point LABEL workload-flags... -- load-flags...
   local label=$1
   shift
@@ -101,8 +119,13 @@ run_point() {  # run_point LABEL workload-flags... -- load-flags...
     SMI_PID=$!
   fi
   scrape "$OUT/$label.before.metrics"
+  thread_cpu "$SERVER_PID" "$OUT/$label.cpu-before"
+  local t0
+  t0=$(date +%s.%N)
   "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
     --json-out "$OUT/$label.json" 2>/dev/null | tail -n +2
+  thread_cpu "$SERVER_PID" "$OUT/$label.cpu-after"
+  python3 -c "import sys, time; print(time.time() - float(sys.argv[1]))" "$t0" >"$OUT/$label.wall_s"
   scrape "$OUT/$label.metrics"
   if [[ -n "$SMI_PID" ]]; then kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=""; fi
 }
@@ -219,6 +242,16 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
     r["mean_batch_requests"] = d("jagrank_batch_requests_sum") / batches if batches else None
     r["compute_busy_fraction"] = d("jagrank_compute_latency_seconds_sum") / (r["duration_s"] + r["warmup_s"])
     r["gpu_busy_fraction_smi"] = gpu_busy(os.path.join(out, label + ".gpu.csv"))
+    # Server CPU by thread name over the loadgen run (warm-up included), in cores.
+    try:
+        c0 = json.load(open(os.path.join(out, label + ".cpu-before")))
+        c1 = json.load(open(os.path.join(out, label + ".cpu-after")))
+        wall = float(open(os.path.join(out, label + ".wall_s")).read()) or (r["duration_s"] + r["warmup_s"])
+        per = {k: (c1[k] - c0.get(k, 0.0)) / wall for k in c1}
+        r["server_cpu_cores_by_thread"] = {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0.005}
+        r["server_cpu_cores_total"] = round(sum(per.values()), 3)
+    except (OSError, ValueError):
+        r["server_cpu_cores_by_thread"], r["server_cpu_cores_total"] = {}, None
     r["device_memory_peak_bytes"] = after.get("jagrank_device_memory_peak_bytes")
     r["device_memory_used_bytes"] = after.get("jagrank_device_memory_used_bytes")
     r["model_weights_bytes"] = after.get("jagrank_model_weights_bytes")
@@ -233,7 +266,9 @@ for (workload, attention), rs in sorted(rows.items()):
             "label": best["label"], "qps": best["qps"], "candidates_per_s": best["candidates_per_s"],
             "p50_ms": best["latency_ms"]["p50"], "p99_ms": best["latency_ms"]["p99"],
             "mean_batch_requests": best["mean_batch_requests"], "time_split_ms": best["server_ms_per_request_or_batch"],
-            "compute_busy_fraction": best["compute_busy_fraction"], "gpu_busy_fraction_smi": best["gpu_busy_fraction_smi"]},
+            "compute_busy_fraction": best["compute_busy_fraction"], "gpu_busy_fraction_smi": best["gpu_busy_fraction_smi"],
+            "server_cpu_cores_total": best.get("server_cpu_cores_total"),
+            "server_cpu_cores_by_thread": best.get("server_cpu_cores_by_thread")},
         "peak_device_memory_bytes": max((r["device_memory_peak_bytes"] or 0) for r in rs),
         "max_qps_any_latency": max(r["qps"] for r in rs),
         "points": [{"label": r["label"], "qps": r["qps"], "p50_ms": r["latency_ms"]["p50"],

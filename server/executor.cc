@@ -1,5 +1,7 @@
 #include "server/executor.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -12,6 +14,10 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Names show in top -H and /proc/<pid>/task/*/comm (bench/serving_h200.sh
+// reads per-thread CPU from there). Linux limits names to 15 characters.
+void NameThisThread(const char* name) { pthread_setname_np(pthread_self(), name); }
+
 }  // namespace
 
 Executor::Executor(Model* model, Batcher* batcher, ServerMetrics* metrics)
@@ -20,13 +26,31 @@ Executor::Executor(Model* model, Batcher* batcher, ServerMetrics* metrics)
 Executor::~Executor() { Join(); }
 
 void Executor::Start() {
-  assembly_thread_ = std::thread([this] { AssembleLoop(); });
-  compute_thread_ = std::thread([this] { ComputeLoop(); });
+  assembly_thread_ = std::thread([this] {
+    NameThisThread("jr-assemble");
+    AssembleLoop();
+  });
+  compute_thread_ = std::thread([this] {
+    NameThisThread("jr-compute");
+    ComputeLoop();
+  });
+  completion_thread_ = std::thread([this] {
+    NameThisThread("jr-complete");
+    CompleteLoop();
+  });
 }
 
 void Executor::Join() {
   if (assembly_thread_.joinable()) assembly_thread_.join();
   if (compute_thread_.joinable()) compute_thread_.join();
+  if (completion_thread_.joinable()) completion_thread_.join();
+}
+
+std::unique_ptr<Executor::Work> Executor::TakeSpare() {
+  if (spares_.empty()) return std::make_unique<Work>();
+  std::unique_ptr<Work> work = std::move(spares_.back());
+  spares_.pop_back();
+  return work;
 }
 
 void Executor::Assemble(Work* work) {
@@ -44,7 +68,7 @@ void Executor::AssembleLoop() {
     std::unique_ptr<Work> work;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      work = spare_ ? std::move(spare_) : std::make_unique<Work>();
+      work = TakeSpare();
     }
     work->requests = std::move(requests);
     Assemble(work.get());
@@ -64,18 +88,45 @@ void Executor::ComputeLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
-      if (ready_ == nullptr) return;  // assembly finished and nothing is left
+      if (ready_ == nullptr) break;  // assembly finished and nothing is left
       work = std::move(ready_);
       cv_.notify_all();  // the assembly thread may hand over the next batch
     }
-    Compute(work.get());
+    const bool answer = Compute(work.get());
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!answer) {
+      work->requests.clear();
+      spares_.push_back(std::move(work));
+      continue;
+    }
+    cv_.wait(lock, [&] { return computed_.size() < kMaxComputedBatches; });
+    computed_.push_back(std::move(work));
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  compute_done_ = true;
+  cv_.notify_all();
+}
+
+void Executor::CompleteLoop() {
+  for (;;) {
+    std::unique_ptr<Work> work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !computed_.empty() || compute_done_; });
+      if (computed_.empty()) return;  // compute finished and everything is answered
+      work = std::move(computed_.front());
+      computed_.pop_front();
+      cv_.notify_all();  // the compute thread may be waiting for room
+    }
+    Complete(work.get());
     work->requests.clear();
     std::lock_guard<std::mutex> lock(mu_);
-    spare_ = std::move(work);
+    spares_.push_back(std::move(work));
   }
 }
 
-void Executor::Compute(Work* work) {
+bool Executor::Compute(Work* work) {
   // A request may have expired while its batch waited for this thread: drop
   // it now and rebuild the batch without it, so that it is never computed.
   const Clock::time_point now = Clock::now();
@@ -91,7 +142,7 @@ void Executor::Compute(Work* work) {
       (*it)->finish(why, nullptr, 0);
     }
     work->requests.erase(alive_end, work->requests.end());
-    if (work->requests.empty()) return;
+    if (work->requests.empty()) return false;
     Assemble(work);
   }
 
@@ -99,12 +150,11 @@ void Executor::Compute(Work* work) {
   for (const auto& r : work->requests) {
     metrics_->OnQueueLatency(std::chrono::duration<double>(start - r->arrival).count());
   }
-  std::vector<float> scores;
-  Status status = model_->Forward(work->batch, &scores);
+  work->status = model_->Forward(work->batch, &work->scores);
   const double compute_seconds = SecondsSince(start);
-  if (status.ok() && static_cast<int64_t>(scores.size()) != work->batch.num_candidates()) {
-    status = Status::Internal("model returned " + std::to_string(scores.size()) + " scores for " +
-                              std::to_string(work->batch.num_candidates()) + " candidates");
+  if (work->status.ok() && static_cast<int64_t>(work->scores.size()) != work->batch.num_candidates()) {
+    work->status = Status::Internal("model returned " + std::to_string(work->scores.size()) + " scores for " +
+                                    std::to_string(work->batch.num_candidates()) + " candidates");
   }
   BatchStats stats;
   stats.requests = work->batch.num_requests;
@@ -116,16 +166,19 @@ void Executor::Compute(Work* work) {
   // Reported before the calls finish, so a client that saw its answer also
   // sees its batch in the metrics.
   metrics_->OnBatch(stats);
-  if (!status.ok()) {
-    const Status error = Status::Internal("forward failed: " + status.ToString());
+  return true;
+}
+
+void Executor::Complete(Work* work) {
+  if (!work->status.ok()) {
+    const Status error = Status::Internal("forward failed: " + work->status.ToString());
     for (const auto& r : work->requests) r->finish(error, nullptr, 0);
   } else {
     const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
     for (size_t i = 0; i < work->requests.size(); ++i) {
-      work->requests[i]->finish(Status::Ok(), scores.data() + offsets[i], offsets[i + 1] - offsets[i]);
+      work->requests[i]->finish(Status::Ok(), work->scores.data() + offsets[i], offsets[i + 1] - offsets[i]);
     }
   }
-
   metrics_->SetMemory(model_->Memory());
 }
 
