@@ -130,4 +130,26 @@ Status AppendRequestToBatch(const ModelConfig& config, const RequestFeatures& re
   return Status::Ok();
 }
 
+Status BatchLengths(const Batch& batch, int max_history_len, std::vector<int32_t>* history_lengths,
+                    std::vector<int32_t>* candidate_lengths, int* max_history, int* max_candidates) {
+  const int R = batch.num_requests;
+  history_lengths->resize(R);
+  candidate_lengths->resize(R);
+  *max_history = 0;
+  *max_candidates = 0;
+  for (int r = 0; r < R; ++r) {
+    const int32_t len = batch.history_offsets[r + 1] - batch.history_offsets[r];
+    if (len > max_history_len) {
+      return Status::InvalidArgument("batch.history_offsets: request " + std::to_string(r) + " has " +
+                                     std::to_string(len) + " history ids, above max_history_len = " +
+                                     std::to_string(max_history_len));
+    }
+    (*history_lengths)[r] = len;
+    (*candidate_lengths)[r] = batch.candidate_offsets[r + 1] - batch.candidate_offsets[r];
+    *max_history = std::max(*max_history, len);
+    *max_candidates = std::max(*max_candidates, (*candidate_lengths)[r]);
+  }
+  return Status::Ok();
+}
+
 }  // namespace jagrank

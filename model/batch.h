@@ -35,6 +35,12 @@ struct Batch {
   void Reset(int num_sparse_features);
 };
 
+// Per-request kept history lengths and candidate counts of `batch` (each
+// resized to [R]) and their maxima; the error names the request whose history
+// exceeds max_history_len. REQUIRES: ValidateBatchShape(batch, ...) is OK.
+Status BatchLengths(const Batch& batch, int max_history_len, std::vector<int32_t>* history_lengths,
+                    std::vector<int32_t>* candidate_lengths, int* max_history, int* max_candidates);
+
 // Checks the batch's internal consistency against the model's shape (offset
 // arrays of R+1 non-decreasing entries ending at the value counts, dense size,
 // feature count). Names the bad field. Cheap: O(R * F).

@@ -150,19 +150,8 @@ Status CpuModel::Forward(const Batch& batch, std::vector<float>* scores) {
   if (R == 0 || C == 0) return Status::Ok();
 
   int max_len = 0, max_candidates = 0;
-  lengths_.resize(R);
-  cand_lengths_.resize(R);
-  for (int r = 0; r < R; ++r) {
-    lengths_[r] = batch.history_offsets[r + 1] - batch.history_offsets[r];
-    cand_lengths_[r] = batch.candidate_offsets[r + 1] - batch.candidate_offsets[r];
-    if (lengths_[r] > config_.max_history_len) {
-      return Status::InvalidArgument("batch.history_offsets: request " + std::to_string(r) + " has " +
-                                     std::to_string(lengths_[r]) + " history ids, above max_history_len = " +
-                                     std::to_string(config_.max_history_len));
-    }
-    max_len = std::max(max_len, lengths_[r]);
-    max_candidates = std::max(max_candidates, cand_lengths_[r]);
-  }
+  RETURN_IF_ERROR(
+      BatchLengths(batch, config_.max_history_len, &lengths_, &cand_lengths_, &max_len, &max_candidates));
   static const int64_t kNoIds = 0;
   const int64_t* history_ids = T > 0 ? batch.history_ids.data() : &kNoIds;
 

@@ -325,20 +325,9 @@ Status CudaModel::RunForward(const Batch& batch, std::vector<float>* scores) {
   if (R == 0 || C == 0) return Status::Ok();
 
   int max_len = 0, max_candidates = 0;
-  lengths_.resize(R);
-  cand_lengths_.resize(R);
+  RETURN_IF_ERROR(
+      BatchLengths(batch, config_.max_history_len, &lengths_, &cand_lengths_, &max_len, &max_candidates));
   padded_offsets_.resize(R + 1);
-  for (int r = 0; r < R; ++r) {
-    lengths_[r] = batch.history_offsets[r + 1] - batch.history_offsets[r];
-    cand_lengths_[r] = batch.candidate_offsets[r + 1] - batch.candidate_offsets[r];
-    if (lengths_[r] > config_.max_history_len) {
-      return Status::InvalidArgument("batch.history_offsets: request " + std::to_string(r) + " has " +
-                                     std::to_string(lengths_[r]) + " history ids, above max_history_len = " +
-                                     std::to_string(config_.max_history_len));
-    }
-    max_len = std::max(max_len, lengths_[r]);
-    max_candidates = std::max(max_candidates, cand_lengths_[r]);
-  }
   const int N = max_len;
   for (int r = 0; r <= R; ++r) padded_offsets_[r] = r * N;
 
