@@ -588,6 +588,53 @@ TEST_F(KernelsGpuTest, LinearOnUnalignedPointers) {
   EXPECT_LT(RelativeError(got, expected), 1e-5);
 }
 
+TEST_F(KernelsGpuTest, LinearPlansCachedPerShapeClassStayCorrectAcrossRowCounts) {
+  // LinearCuda keeps one cuBLASLt plan per (m rounded up to a power of two,
+  // n, k, epilogue, ...) and reuses its algorithm for every m of the class:
+  // rows that grow and shrink inside a class, cross classes and come back,
+  // with bias pointers that change between calls, must all stay exact.
+  std::mt19937_64 rng(21);
+  const int n = 96, k = 64;
+  const int rows[] = {1000, 513, 1024, 600, 1, 2, 3, 17, 4097, 5000, 8192, 700, 1000, 65, 127, 128};
+  const int max_m = 8192;
+  const auto x = RandomFloats(rng, static_cast<size_t>(max_m) * k);
+  const auto w = RandomFloats(rng, static_cast<size_t>(n) * k);
+  const auto bias_a = RandomFloats(rng, n);
+  const auto bias_b = RandomFloats(rng, n);
+  const DeviceArray<float> d_x(x), d_w(w), d_bias_a(bias_a), d_bias_b(bias_b);
+  int call = 0;
+  for (int m : rows) {
+    for (int variant = 0; variant < 3; ++variant, ++call) {
+      const bool with_bias = variant != 0;
+      const std::vector<float>& bias = variant == 2 ? bias_b : bias_a;
+      LinearParams p = {};
+      p.relu = (call % 2) == 1;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      std::vector<float> expected(static_cast<size_t>(m) * n);
+      p.x = x.data();
+      p.weight = w.data();
+      p.maybe_bias = with_bias ? bias.data() : nullptr;
+      p.y = expected.data();
+      ASSERT_STATUS_OK(LinearReferenceCpu(p));
+      DeviceArray<float> d_y(expected.size() + 1);
+      d_y.Poison();
+      p.x = d_x.data();
+      p.weight = d_w.data();
+      p.maybe_bias = with_bias ? (variant == 2 ? d_bias_b.data() : d_bias_a.data()) : nullptr;
+      p.y = d_y.data();
+      ASSERT_STATUS_OK(LinearCuda(p, stream_));
+      Sync();
+      const auto all = d_y.ToHost();
+      EXPECT_TRUE(std::isnan(all.back())) << "wrote past y at m " << m;
+      const std::vector<float> got(all.begin(), all.end() - 1);
+      EXPECT_EQ(CountNonFinite(got), 0) << "m " << m;
+      EXPECT_LT(RelativeError(got, expected), 1e-5) << "m " << m << " variant " << variant << " relu " << p.relu;
+    }
+  }
+}
+
 // --------------------------------------------------------------------- casts
 
 TEST_F(KernelsGpuTest, CastsRoundToNearestEvenAndBack) {
