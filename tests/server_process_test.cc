@@ -245,6 +245,11 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_GT(p50, 0);
   EXPECT_GE(p99, p50);
   EXPECT_EQ(result["server"]["model"], "test-small");
+  // The loadgen measures its own CPU (it shares the host with the server in
+  // the benchmarks) and parses a sample of the responses (call 0 among them).
+  EXPECT_GT(result["client_cpu_cores"].get<double>(), 0.0) << result.dump();
+  EXPECT_LT(result["client_cpu_cores"].get<double>(), 64.0) << result.dump();
+  EXPECT_GE(result["responses_checked_every"].get<int64_t>(), 1);
   // Close this process's idle connection first: with no call to poll it, the
   // client would notice the server's GOAWAY only at its backup poll (5 s).
   stub_.reset();

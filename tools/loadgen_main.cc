@@ -5,8 +5,14 @@
 // Workload: history lengths log-normal (median --history-median, shape
 // --history-sigma) capped at --history-max (default: the model's
 // max_history_len), candidates uniform in [--candidates-min, --candidates-max].
-// A pool of requests is generated up front so the client's own cost stays low.
+// A pool of requests is generated and serialised up front, and calls go out
+// through a generic stub as those bytes, so the client's own CPU stays low
+// (it shares the host with the server in the benchmarks); one response in
+// kResponseCheckEvery is parsed and its score count checked. The report
+// includes the client's CPU use, in cores, over the run.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -53,13 +59,25 @@ struct Options {
   std::string label;
 };
 
+constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
+// Every this many calls the response is parsed and its scores counted.
+constexpr int64_t kResponseCheckEvery = 64;
+
 struct Call {
   grpc::ClientContext context;
-  v1::RankResponse response;
+  grpc::ByteBuffer response;
   SteadyClock::time_point start;
   int candidates = 0;
   bool measured = false;
+  bool check_response = false;
 };
+
+// The process's user + system CPU seconds so far.
+double ProcessCpuSeconds() {
+  rusage usage = {};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + 1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
 
 double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
@@ -75,7 +93,7 @@ class LoadGen {
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
       args.SetInt("jagrank.loadgen.channel", i);
       args.SetMaxReceiveMessageSize(64 << 20);
-      stubs_.push_back(v1::Ranker::NewStub(
+      stubs_.push_back(std::make_unique<grpc::GenericStub>(
           grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args)));
     }
     MakePool();
@@ -84,6 +102,7 @@ class LoadGen {
   nlohmann::json Run() {
     const bool open_loop = options_.rate > 0;
     const auto start = SteadyClock::now();
+    const double cpu_start = ProcessCpuSeconds();
     const auto measure_at = start + Seconds(options_.warmup_s);
     const auto end_at = measure_at + Seconds(options_.duration_s);
     measure_at_ = measure_at;
@@ -111,6 +130,8 @@ class LoadGen {
       last_tick = now;
       if (now >= end_at) break;
     }
+    client_cpu_cores_ = (ProcessCpuSeconds() - cpu_start) /
+                        std::max(1e-3, std::chrono::duration<double>(SteadyClock::now() - start).count());
     stopping_.store(true);
     if (pacer.joinable()) pacer.join();
     // Bounded wait for the calls still out (each has a deadline).
@@ -150,25 +171,33 @@ class LoadGen {
       for (int k = candidates(rng); k > 0; --k) r.add_candidate_item_ids(item(rng));
       history_tokens_ += len;
       pool_candidates_ += r.candidate_item_ids_size();
-      pool_.push_back(std::move(r));
+      std::string bytes;
+      if (!r.SerializeToString(&bytes)) {
+        std::fprintf(stderr, "jagrank-loadgen: cannot serialise request %d\n", i);
+        std::exit(1);
+      }
+      grpc::Slice slice(bytes);
+      pool_.push_back({grpc::ByteBuffer(&slice, 1), r.candidate_item_ids_size()});
     }
   }
 
   void Issue() {
     const int64_t n = next_.fetch_add(1);
-    const v1::RankRequest& request = pool_[n % pool_.size()];
-    v1::Ranker::Stub* stub = stubs_[n % stubs_.size()].get();
+    const PooledRequest& request = pool_[n % pool_.size()];
+    grpc::GenericStub* stub = stubs_[n % stubs_.size()].get();
     auto* call = new Call;
     call->start = SteadyClock::now();
     call->measured = call->start >= measure_at_ && call->start < end_at_;
-    call->candidates = request.candidate_item_ids_size();
+    call->candidates = request.candidates;
+    call->check_response = n % kResponseCheckEvery == 0;
     call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
     outstanding_.fetch_add(1);
-    stub->async()->Rank(&call->context, &request, &call->response,
-                        [this, call](grpc::Status status) { Done(call, status); });
+    stub->UnaryCall(&call->context, kRankMethod, grpc::StubOptions(), &request.bytes, &call->response,
+                    [this, call](grpc::Status status) { Done(call, status); });
   }
 
-  void Done(Call* call, const grpc::Status& status) {
+  void Done(Call* call, grpc::Status status) {
+    if (status.ok() && call->check_response) status = CheckResponse(call);
     const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - call->start).count();
     completed_.fetch_add(1);
     if (status.ok()) {
@@ -197,6 +226,20 @@ class LoadGen {
       std::lock_guard<std::mutex> lock(mu_);
       idle_.notify_all();
     }
+  }
+
+  // A response must parse and carry one score per candidate.
+  // Consumes call->response.
+  static grpc::Status CheckResponse(Call* call) {
+    v1::RankResponse response;
+    grpc::Status parsed = grpc::SerializationTraits<v1::RankResponse>::Deserialize(&call->response, &response);
+    if (!parsed.ok()) return grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
+    if (response.scores_size() != call->candidates) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, "response has " + std::to_string(response.scores_size()) +
+                                                           " scores for " + std::to_string(call->candidates) +
+                                                           " candidates");
+    }
+    return grpc::Status::OK;
   }
 
   void OpenLoop(SteadyClock::time_point end_at) {
@@ -253,6 +296,8 @@ class LoadGen {
                        {"mean", sorted.empty() ? 0 : sum / sorted.size()},
                        {"max", sorted.empty() ? 0 : sorted.back()}};
     j["errors"] = errors_;
+    j["client_cpu_cores"] = client_cpu_cores_;
+    j["responses_checked_every"] = kResponseCheckEvery;
     if (!first_error_.empty()) j["first_error"] = first_error_;
     j["workload"] = {{"history_median", options_.history_median},
                      {"history_sigma", options_.history_sigma},
@@ -271,8 +316,13 @@ class LoadGen {
 
   const Options options_;
   const v1::ModelInfo info_;
-  std::vector<std::unique_ptr<v1::Ranker::Stub>> stubs_;
-  std::vector<v1::RankRequest> pool_;
+  struct PooledRequest {
+    grpc::ByteBuffer bytes;  // a serialised v1::RankRequest
+    int candidates;
+  };
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
+  std::vector<PooledRequest> pool_;
+  double client_cpu_cores_ = 0;  // CPU cores used by this process from start to the window's end
   int64_t history_tokens_ = 0;
   int64_t pool_candidates_ = 0;
   std::atomic<int64_t> next_{0};
