@@ -92,7 +92,11 @@ stop_server() {
   SERVER_PID=""
 }
 
-thread_cpu() {  # thread_cpu PID FILE: CPU seconds so far per thread name of PID -> FILE (JSON)
+host_cpu() {  # host_cpu FILE: busy and total jiffies of the whole host so far (from /proc/stat) -> FILE
+  awk '/^cpu /{busy=$2+$3+$4+$7+$8+$9; total=busy+$5+$6; print busy, total}' /proc/stat >"$1"
+}
+
+thread_cpu() {  # thread_cpu PID FILE: CPU seconds so far per thread ("name/tid") of PID -> FILE (JSON)
   python3 - "$1" "$2" <<'PY'
 import glob, json, os, sys
 pid, path = sys.argv[1], sys.argv[2]
@@ -104,8 +108,9 @@ for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
     except OSError:
         continue
     name = text[text.index("(") + 1:text.rindex(")")]
+    tid = stat.split("/")[-2]
     fields = text[text.rindex(")") + 2:].split()
-    cpu[name] = cpu.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    cpu[f"{name}/{tid}"] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime, per thread
 json.dump(cpu, open(path, "w"))
 PY
 }
@@ -120,11 +125,13 @@ run_point() {  # run_point LABEL workload-flags... -- load-flags...
   fi
   scrape "$OUT/$label.before.metrics"
   thread_cpu "$SERVER_PID" "$OUT/$label.cpu-before"
+  host_cpu "$OUT/$label.host-before"
   local t0
   t0=$(date +%s.%N)
   "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
     --json-out "$OUT/$label.json" 2>/dev/null | tail -n +2
   thread_cpu "$SERVER_PID" "$OUT/$label.cpu-after"
+  host_cpu "$OUT/$label.host-after"
   python3 -c "import sys, time; print(time.time() - float(sys.argv[1]))" "$t0" >"$OUT/$label.wall_s"
   scrape "$OUT/$label.metrics"
   if [[ -n "$SMI_PID" ]]; then kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=""; fi
@@ -166,11 +173,7 @@ bench_workload() {  # bench_workload NAME CONCURRENCIES RATE_FRACTIONS model-fla
 log "bundle $BUNDLE, results in $OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1 || true
 
-# Workload 1: the default model, histories median 100 up to 1024, 50-500 candidates.
-bench_workload h1024 "8 32 64 128 256" "0.5 0.8 0.95" -- \
-  --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
-
-# Workload 2: max_history_len 4096 (model config written here from the default's keys).
+# The max_history_len 4096 model (written here from the default's keys).
 cat >"$OUT/model_h4096.yaml" <<'YAML'
 name: jagrank-dlrm
 embedding_dim: 64
@@ -189,6 +192,36 @@ bottom_mlp: [256, 128, 64]
 top_mlp: [512, 256, 1]
 seed: 42
 YAML
+
+# In process first: the forward pass alone per strategy (no gRPC, no batcher),
+# at the serving runs' mean batch size and a bigger one: the executor's ceiling.
+if [[ -x "$BIN/jagrank-bench-model" && "${MODEL_BENCH:-1}" == 1 ]]; then
+  for r in 38 128; do
+    "$BIN/jagrank-bench-model" --device "$DEVICE" --requests-per-batch "$r" --duration-s 3 \
+      --history-median 100 --history-sigma 1.0 --json-out "$OUT/model_h1024_r$r.json" >"$OUT/model_h1024_r$r.txt" 2>&1
+    "$BIN/jagrank-bench-model" --device "$DEVICE" --requests-per-batch "$r" --duration-s 3 \
+      --model-config "$OUT/model_h4096.yaml" --history-median 300 --history-sigma 1.1 \
+      --json-out "$OUT/model_h4096_r$r.json" >"$OUT/model_h4096_r$r.txt" 2>&1
+    log "in-process r=$r: $(tail -n +2 "$OUT/model_h1024_r$r.txt" | awk '{printf "%s %s/s  ", $1, $4}')"
+  done
+fi
+
+# Workload 1: the default model, histories median 100 up to 1024, 50-500 candidates.
+bench_workload h1024 "8 32 64 128 256" "0.5 0.8 0.95" -- \
+  --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
+
+# Diagnostic (not in the best-QPS summary): does the number of client
+# connections bound QPS? jagged at c256 with 4, 16 and 32 channels.
+if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
+  if start_server h1024_jagged_channels jagged; then
+    for ch in 4 16 32; do
+      run_point "diag_h1024_jagged_c256_ch$ch" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
+        --candidates-max 500 --concurrency 256 --channels "$ch"
+    done
+    stop_server
+  fi
+fi
+
 bench_workload h4096 "16 64 128" "" --model-config "$OUT/model_h4096.yaml" -- \
   --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
 
@@ -247,11 +280,30 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
         c0 = json.load(open(os.path.join(out, label + ".cpu-before")))
         c1 = json.load(open(os.path.join(out, label + ".cpu-after")))
         wall = float(open(os.path.join(out, label + ".wall_s")).read()) or (r["duration_s"] + r["warmup_s"])
-        per = {k: (c1[k] - c0.get(k, 0.0)) / wall for k in c1}
+        per_thread = {k: (c1[k] - c0.get(k, 0.0)) / wall for k in c1}
+        per = {}
+        for k, v in per_thread.items():
+            name = k.rsplit("/", 1)[0]
+            per[name] = per.get(name, 0.0) + v
+        counts = {}
+        for k in per_thread:
+            name = k.rsplit("/", 1)[0]
+            counts[name] = counts.get(name, 0) + 1
         r["server_cpu_cores_by_thread"] = {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0.005}
+        r["server_threads_by_name"] = counts
         r["server_cpu_cores_total"] = round(sum(per.values()), 3)
+        busiest = max(per_thread.items(), key=lambda kv: kv[1])
+        r["server_busiest_thread"] = {"thread": busiest[0], "cores": round(busiest[1], 3)}
     except (OSError, ValueError):
         r["server_cpu_cores_by_thread"], r["server_cpu_cores_total"] = {}, None
+    try:  # whole host: busy cores over the run (server + loadgen + everything else)
+        b0, t0 = map(float, open(os.path.join(out, label + ".host-before")).read().split())
+        b1, t1 = map(float, open(os.path.join(out, label + ".host-after")).read().split())
+        ncpu = os.cpu_count() or 1
+        r["host_cpu_busy_cores"] = round((b1 - b0) / max(1.0, t1 - t0) * ncpu, 3)
+        r["host_cores"] = ncpu
+    except (OSError, ValueError):
+        r["host_cpu_busy_cores"] = None
     r["device_memory_peak_bytes"] = after.get("jagrank_device_memory_peak_bytes")
     r["device_memory_used_bytes"] = after.get("jagrank_device_memory_used_bytes")
     r["model_weights_bytes"] = after.get("jagrank_model_weights_bytes")
@@ -268,17 +320,36 @@ for (workload, attention), rs in sorted(rows.items()):
             "mean_batch_requests": best["mean_batch_requests"], "time_split_ms": best["server_ms_per_request_or_batch"],
             "compute_busy_fraction": best["compute_busy_fraction"], "gpu_busy_fraction_smi": best["gpu_busy_fraction_smi"],
             "server_cpu_cores_total": best.get("server_cpu_cores_total"),
-            "server_cpu_cores_by_thread": best.get("server_cpu_cores_by_thread")},
+            "server_cpu_cores_by_thread": best.get("server_cpu_cores_by_thread"),
+            "server_threads_by_name": best.get("server_threads_by_name"),
+            "server_busiest_thread": best.get("server_busiest_thread"),
+            "loadgen_cpu_cores": best.get("client_cpu_cores"),
+            "host_cpu_busy_cores": best.get("host_cpu_busy_cores")},
         "peak_device_memory_bytes": max((r["device_memory_peak_bytes"] or 0) for r in rs),
         "max_qps_any_latency": max(r["qps"] for r in rs),
         "points": [{"label": r["label"], "qps": r["qps"], "p50_ms": r["latency_ms"]["p50"],
-                    "p99_ms": r["latency_ms"]["p99"], "errors": r["requests_error"]} for r in rs],
+                    "p99_ms": r["latency_ms"]["p99"], "errors": r["requests_error"],
+                    "server_cpu_cores": r.get("server_cpu_cores_total"), "loadgen_cpu_cores": r.get("client_cpu_cores"),
+                    "host_cpu_busy_cores": r.get("host_cpu_busy_cores"),
+                    "busiest_thread": r.get("server_busiest_thread"),
+                    "gpu_busy": r.get("gpu_busy_fraction_smi")} for r in rs],
     }
+diag = []
+for path in sorted(glob.glob(os.path.join(out, "diag_*.json"))):
+    r = json.load(open(path))
+    diag.append({"label": r["label"], "qps": r["qps"], "p50_ms": r["latency_ms"]["p50"], "p99_ms": r["latency_ms"]["p99"],
+                 "loadgen_cpu_cores": r.get("client_cpu_cores")})
+in_process = {}
+for path in sorted(glob.glob(os.path.join(out, "model_h*_r*.json"))):
+    in_process[os.path.basename(path)[:-5]] = json.load(open(path))
+summary["_diagnostics"] = {"channels": diag, "in_process": in_process}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 
 lines = ["# jagrank serving on one H200", ""]
 for workload, per in summary.items():
-    lines += [f"## {workload}", "", "| attention | best QPS (p99<=20ms) | cand/s | p50 ms | p99 ms | batch req | queue ms | compute ms/batch | GPU busy | peak dev MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    if workload.startswith("_"):
+        continue
+    lines += [f"## {workload}", "", "| attention | best QPS (p99<=20ms) | cand/s | p50 ms | p99 ms | batch req | queue ms | compute ms/batch | h2d ms | GPU busy | server cores | busiest thread | loadgen cores | host busy cores | peak dev MiB |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for attention, s in per.items():
         b = s["best_under_p99_20ms"] or {}
         split = b.get("time_split_ms", {})
@@ -286,7 +357,11 @@ for workload, per in summary.items():
         lines.append(f"| {attention} | {fmt(b.get('qps'))} | {fmt(b.get('candidates_per_s'), '{:.0f}')} | "
                      f"{fmt(b.get('p50_ms'), '{:.2f}')} | {fmt(b.get('p99_ms'), '{:.2f}')} | {fmt(b.get('mean_batch_requests'))} | "
                      f"{fmt(split.get('queue_latency_seconds'), '{:.2f}')} | {fmt(split.get('compute_latency_seconds'), '{:.2f}')} | "
-                     f"{fmt(b.get('gpu_busy_fraction_smi'), '{:.2f}')} | {s['peak_device_memory_bytes'] / 2**20:.0f} |")
+                     f"{fmt(split.get('h2d_seconds'), '{:.3f}')} | "
+                     f"{fmt(b.get('gpu_busy_fraction_smi'), '{:.2f}')} | {fmt(b.get('server_cpu_cores_total'), '{:.2f}')} | "
+                     f"{(b.get('server_busiest_thread') or {}).get('thread', '-')} {fmt((b.get('server_busiest_thread') or {}).get('cores'), '{:.2f}')} | "
+                     f"{fmt(b.get('loadgen_cpu_cores'), '{:.2f}')} | {fmt(b.get('host_cpu_busy_cores'), '{:.2f}')} | "
+                     f"{s['peak_device_memory_bytes'] / 2**20:.0f} |")
     j = per.get("jagged", {})
     for other in ["padded_dense", "padded_flash"]:
         o = per.get(other, {})
@@ -297,6 +372,21 @@ for workload, per in summary.items():
     if j.get("peak_device_memory_bytes") and per.get("padded_dense", {}).get("peak_device_memory_bytes"):
         lines.append(f"jagged vs padded_dense peak memory: {j['peak_device_memory_bytes'] / per['padded_dense']['peak_device_memory_bytes']:.2f}x")
     lines.append("")
+if in_process:
+    lines += ["## In process (jagrank-bench-model: forward passes only, no gRPC)", "",
+              "| run | attention | requests/batch | forwards/s | requests/s | candidates/s | forward p50 ms | p99 ms | workspace MiB |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for name, res in in_process.items():
+        for x in res["results"]:
+            lines.append(f"| {name} | {x['attention']} | {res['requests_per_batch']} | {x['forwards_per_s']:.0f} | {x['requests_per_s']:.0f} | "
+                         f"{x['candidates_per_s']:.0f} | {x['forward_ms']['p50']:.3f} | {x['forward_ms']['p99']:.3f} | {x['workspace_peak_bytes'] / 2**20:.0f} |")
+    lines.append("")
+if diag:
+    lines += ["## Client connections (jagged, h1024, c256)", "", "| run | QPS | p50 ms | p99 ms | loadgen cores |", "|---|---|---|---|---|"]
+    for x in diag:
+        lc = x["loadgen_cpu_cores"]
+        lines.append(f"| {x['label']} | {x['qps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {'-' if lc is None else f'{lc:.2f}'} |")
+    lines.append("")
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 
@@ -304,7 +394,7 @@ try:  # plots when matplotlib is there
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    for workload in summary:
+    for workload in [w for w in summary if not w.startswith("_")]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for (w, attention), rs in sorted(rows.items()):
             if w != workload:
