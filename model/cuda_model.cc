@@ -1,13 +1,21 @@
 // CUDA backend. Weights are uploaded once at Create: MLP and attention
 // projection weights in float32, embedding and position tables in bf16
-// (options.cuda_bf16; float32 otherwise). Per batch: the host batch is packed
-// into one pinned staging buffer and copied with one async H2D copy; every
-// intermediate comes from a stream-ordered memory pool whose release
-// threshold keeps its memory (cudaMallocFromPoolAsync / cudaFreeAsync, no
-// cudaMalloc per batch); attention operands are bf16 with float32
-// accumulation (flash kernel, or the padded dense baseline), everything else
-// float32 (cuBLASLt GEMMs, fp32 kernels). One D2H copy of the scores into
-// pinned memory, one stream synchronisation per batch.
+// (options.cuda_bf16; float32 otherwise). Per batch, in two phases (Stage on
+// the caller's staging thread, Run on its compute thread, see model.h):
+//   Stage: the host batch is packed into the slot's pinned buffer and copied
+//     to the slot's device buffer with one async H2D copy on the copy stream,
+//     between two timed events.
+//   Run: the compute stream waits for that copy's event; every intermediate
+//     comes from a stream-ordered memory pool whose release threshold keeps
+//     its memory (cudaMallocFromPoolAsync / cudaFreeAsync, no cudaMalloc per
+//     batch); attention operands are bf16 with float32 accumulation (flash
+//     kernel, or the padded dense baseline), everything else float32
+//     (cuBLASLt GEMMs, fp32 kernels). One D2H copy of the scores into pinned
+//     memory, one stream synchronisation per batch.
+// Stage(a) and Run(b) share only the device, the weights (read-only) and the
+// copy stream handle: Stage touches slots_[a] and copy_stream_, Run touches
+// slots_[b] and the compute-side members (stream_, pool_, live_,
+// host_scores_, the D2H events).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -48,6 +56,29 @@ struct StagingLayout {
   }
 };
 
+// One staging slot: a batch packed into pinned host memory and its copy on
+// the device. Both buffers only grow and are reused batch after batch; the
+// device one is a plain cudaMalloc, not pool workspace, since it lives from
+// Stage to the end of Run across calls.
+struct StageSlot {
+  char* host = nullptr;  // pinned
+  size_t host_bytes = 0;
+  char* dev = nullptr;
+  size_t dev_bytes = 0;
+  cudaEvent_t copy_start = nullptr;  // recorded on the copy stream around the H2D copy
+  cudaEvent_t copy_done = nullptr;
+  bool staged = false;  // a batch is staged and its Run has not started
+
+  // The staged batch: sizes, lengths and where each array sits in host/dev.
+  int num_requests = 0, num_candidates = 0, num_history_tokens = 0;
+  int max_history = 0, max_candidates = 0;
+  int64_t padding_saved_bytes = 0;  // jagged strategy with history only
+  std::vector<int32_t> lengths, cand_lengths, padded_offsets;
+  size_t at_dense = 0, at_hist_ids = 0, at_hist_offsets = 0, at_cand_ids = 0, at_cand_offsets = 0;
+  size_t at_lengths = 0, at_cand_lengths = 0, at_padded_offsets = 0;
+  std::vector<size_t> at_sparse_ids, at_sparse_offsets;
+};
+
 class CudaModel final : public Model {
  public:
   CudaModel(const ModelConfig& config, const ModelOptions& options, int device, std::string version)
@@ -59,6 +90,8 @@ class CudaModel final : public Model {
 
   Status Init(const ModelWeights& weights);
   Status Forward(const Batch& batch, std::vector<float>* scores) override;
+  Status Stage(const Batch& batch, int slot) override;
+  Status Run(int slot, std::vector<float>* scores, ForwardTimings* timings) override;
   const ModelConfig& config() const override { return config_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
   AttentionStrategy attention() const override { return options_.attention; }
@@ -90,7 +123,8 @@ class CudaModel final : public Model {
   // attention dtype [count] -> float32 (aliases `src` when that is float32).
   Status FromAttn(const void* src, int64_t count, float** out);
   void FreeBatchWorkspace();
-  Status RunForward(const Batch& batch, std::vector<float>* scores);
+  Status PackAndCopy(const Batch& batch, StageSlot* slot);
+  Status RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings);
   Status Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out);
   Status Linear(const float* x, const float* w, int m, int n, int k, float* y);
 
@@ -99,7 +133,8 @@ class CudaModel final : public Model {
   int device_;
   std::string version_;
   DType attn_dtype_, table_dtype_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;       // compute stream (Run)
+  cudaStream_t copy_stream_ = nullptr;  // H2D copies of staged batches (Stage)
   cudaMemPool_t pool_ = nullptr;
   std::vector<void*> weight_allocs_;
   int64_t weights_bytes_ = 0;
@@ -110,15 +145,14 @@ class CudaModel final : public Model {
   const float* wqkv_ = nullptr;  // [3d, d] = Wq; Wk; Wv
   const float* wo_ = nullptr;
 
-  void* host_in_ = nullptr;      // pinned staging for the packed batch
-  size_t host_in_bytes_ = 0;
+  StageSlot slots_[kStageSlots];
+  cudaEvent_t d2h_start_ = nullptr, d2h_done_ = nullptr;  // around the scores' D2H copy
   float* host_scores_ = nullptr; // pinned [C]
   size_t host_scores_count_ = 0;
   std::vector<void*> live_;      // this batch's pool allocations
   int64_t live_bytes_ = 0;
   std::atomic<int64_t> workspace_peak_bytes_{0};
   std::atomic<int64_t> padding_saved_bytes_{0};
-  std::vector<int32_t> lengths_, cand_lengths_, padded_offsets_;
 };
 
 CudaModel::~CudaModel() {
@@ -128,9 +162,20 @@ CudaModel::~CudaModel() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+  if (copy_stream_ != nullptr) {
+    cudaStreamSynchronize(copy_stream_);
+    cudaStreamDestroy(copy_stream_);
+  }
+  for (StageSlot& slot : slots_) {
+    if (slot.copy_start != nullptr) cudaEventDestroy(slot.copy_start);
+    if (slot.copy_done != nullptr) cudaEventDestroy(slot.copy_done);
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+    if (slot.dev != nullptr) cudaFree(slot.dev);
+  }
+  if (d2h_start_ != nullptr) cudaEventDestroy(d2h_start_);
+  if (d2h_done_ != nullptr) cudaEventDestroy(d2h_done_);
   if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
   for (void* p : weight_allocs_) cudaFree(p);
-  if (host_in_ != nullptr) cudaFreeHost(host_in_);
   if (host_scores_ != nullptr) cudaFreeHost(host_scores_);
 }
 
@@ -174,6 +219,15 @@ Status CudaModel::UploadTable(const WeightTensor& t, const void** out) {
 Status CudaModel::Init(const ModelWeights& w) {
   RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  // Every event here is timed (cudaEventElapsedTime), so none is created
+  // with cudaEventDisableTiming.
+  for (StageSlot& slot : slots_) {
+    RETURN_IF_CUDA_ERROR(cudaEventCreate(&slot.copy_start));
+    RETURN_IF_CUDA_ERROR(cudaEventCreate(&slot.copy_done));
+  }
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&d2h_start_));
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&d2h_done_));
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
@@ -305,55 +359,135 @@ Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, co
 }
 
 Status CudaModel::Forward(const Batch& batch, std::vector<float>* scores) {
-  RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
-  Status s = RunForward(batch, scores);
-  if (live_bytes_ > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(live_bytes_);
-  FreeBatchWorkspace();
-  if (!s.ok()) cudaStreamSynchronize(stream_);  // leave nothing in flight that reads the staging buffers
+  RETURN_IF_ERROR(Stage(batch, 0));
+  return Run(0, scores, nullptr);
+}
+
+Status CudaModel::Stage(const Batch& batch, int slot_index) {
+  RETURN_IF_ERROR(CheckSlot(slot_index));
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));  // per thread: Stage may run on another thread than Run
+  StageSlot& slot = slots_[slot_index];
+  slot.staged = false;
+  // The slot's previous copy may still read `host` and write `dev`; its Run
+  // (if any) has returned and left nothing in flight (Run's contract). An
+  // event never recorded counts as complete.
+  RETURN_IF_CUDA_ERROR(cudaEventSynchronize(slot.copy_done));
+  const Status s = PackAndCopy(batch, &slot);
+  slot.staged = s.ok();
   return s;
 }
 
-Status CudaModel::RunForward(const Batch& batch, std::vector<float>* scores) {
+Status CudaModel::PackAndCopy(const Batch& batch, StageSlot* slot) {
   const int F = static_cast<int>(config_.sparse_features.size());
   RETURN_IF_ERROR(ValidateBatchShape(batch, config_.num_dense_features, F));
   const int R = batch.num_requests;
   const int C = static_cast<int>(batch.num_candidates());
   const int T = static_cast<int>(batch.num_history_tokens());
+  slot->num_requests = R;
+  slot->num_candidates = C;
+  slot->num_history_tokens = T;
+  if (R == 0 || C == 0) return Status::Ok();  // nothing to copy: Run answers no scores
+
+  RETURN_IF_ERROR(BatchLengths(batch, config_.max_history_len, &slot->lengths, &slot->cand_lengths,
+                               &slot->max_history, &slot->max_candidates));
+  slot->padded_offsets.resize(R + 1);
+  for (int r = 0; r <= R; ++r) slot->padded_offsets[r] = r * slot->max_history;
+  slot->padding_saved_bytes = options_.attention == AttentionStrategy::kJagged && T > 0
+                                  ? PaddingSavedBytes(batch, config_.embedding_dim)
+                                  : 0;
+
+  // Pack the batch into pinned memory and copy it with one H2D transfer.
+  StagingLayout layout;
+  slot->at_dense = layout.Place(batch.dense.size() * sizeof(float));
+  slot->at_sparse_ids.resize(F);
+  slot->at_sparse_offsets.resize(F);
+  for (int f = 0; f < F; ++f) {
+    slot->at_sparse_ids[f] = layout.Place(batch.sparse_ids[f].size() * sizeof(int64_t));
+    slot->at_sparse_offsets[f] = layout.Place(batch.sparse_offsets[f].size() * sizeof(int32_t));
+  }
+  slot->at_hist_ids = layout.Place(batch.history_ids.size() * sizeof(int64_t));
+  slot->at_hist_offsets = layout.Place(batch.history_offsets.size() * sizeof(int32_t));
+  slot->at_cand_ids = layout.Place(batch.candidate_ids.size() * sizeof(int64_t));
+  slot->at_cand_offsets = layout.Place(batch.candidate_offsets.size() * sizeof(int32_t));
+  slot->at_lengths = layout.Place(slot->lengths.size() * sizeof(int32_t));
+  slot->at_cand_lengths = layout.Place(slot->cand_lengths.size() * sizeof(int32_t));
+  slot->at_padded_offsets = layout.Place(slot->padded_offsets.size() * sizeof(int32_t));
+  // Grow-only, amortised. The old buffers are idle (copy done, Run returned);
+  // cudaFree may wait for the device, which happens only while growing.
+  if (layout.total > slot->host_bytes) {
+    const size_t bytes = std::max(layout.total, slot->host_bytes * 2);
+    if (slot->host != nullptr) cudaFreeHost(slot->host);
+    slot->host = nullptr;
+    slot->host_bytes = 0;
+    RETURN_IF_CUDA_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot->host), bytes, cudaHostAllocDefault));
+    slot->host_bytes = bytes;
+  }
+  if (layout.total > slot->dev_bytes) {
+    const size_t bytes = std::max(layout.total, slot->dev_bytes * 2);
+    if (slot->dev != nullptr) cudaFree(slot->dev);
+    slot->dev = nullptr;
+    slot->dev_bytes = 0;
+    RETURN_IF_CUDA_ERROR(cudaMalloc(reinterpret_cast<void**>(&slot->dev), bytes));
+    slot->dev_bytes = bytes;
+  }
+  char* host = slot->host;
+  auto put = [&](size_t at, const void* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(host + at, src, bytes);
+  };
+  put(slot->at_dense, batch.dense.data(), batch.dense.size() * sizeof(float));
+  for (int f = 0; f < F; ++f) {
+    put(slot->at_sparse_ids[f], batch.sparse_ids[f].data(), batch.sparse_ids[f].size() * sizeof(int64_t));
+    put(slot->at_sparse_offsets[f], batch.sparse_offsets[f].data(),
+        batch.sparse_offsets[f].size() * sizeof(int32_t));
+  }
+  put(slot->at_hist_ids, batch.history_ids.data(), batch.history_ids.size() * sizeof(int64_t));
+  put(slot->at_hist_offsets, batch.history_offsets.data(), batch.history_offsets.size() * sizeof(int32_t));
+  put(slot->at_cand_ids, batch.candidate_ids.data(), batch.candidate_ids.size() * sizeof(int64_t));
+  put(slot->at_cand_offsets, batch.candidate_offsets.data(), batch.candidate_offsets.size() * sizeof(int32_t));
+  put(slot->at_lengths, slot->lengths.data(), slot->lengths.size() * sizeof(int32_t));
+  put(slot->at_cand_lengths, slot->cand_lengths.data(), slot->cand_lengths.size() * sizeof(int32_t));
+  put(slot->at_padded_offsets, slot->padded_offsets.data(), slot->padded_offsets.size() * sizeof(int32_t));
+  cudaError_t e = cudaEventRecord(slot->copy_start, copy_stream_);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(slot->dev, host, layout.total, cudaMemcpyHostToDevice, copy_stream_);
+  if (e == cudaSuccess) e = cudaEventRecord(slot->copy_done, copy_stream_);
+  if (e != cudaSuccess) {
+    // copy_done may not cover an issued copy: wait for it here instead.
+    cudaStreamSynchronize(copy_stream_);
+    return CudaErrorStatus(e, "H2D copy of the staged batch", __FILE__, __LINE__);
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Run(int slot_index, std::vector<float>* scores, ForwardTimings* timings) {
+  RETURN_IF_ERROR(CheckSlot(slot_index));
+  if (timings != nullptr) *timings = ForwardTimings();
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
+  StageSlot& slot = slots_[slot_index];
+  if (!slot.staged) {
+    return Status::Internal("Run(slot = " + std::to_string(slot_index) + "): no batch is staged in this slot");
+  }
+  slot.staged = false;
+  Status s = RunStaged(slot, scores, timings);
+  if (live_bytes_ > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(live_bytes_);
+  FreeBatchWorkspace();
+  // Leave nothing in flight that reads the slot's buffers (the next
+  // Stage(slot) may overwrite them as soon as this returns).
+  if (!s.ok()) cudaStreamSynchronize(stream_);
+  return s;
+}
+
+Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings) {
+  const int F = static_cast<int>(config_.sparse_features.size());
+  const int R = slot.num_requests;
+  const int C = slot.num_candidates;
+  const int T = slot.num_history_tokens;
   const int d = config_.embedding_dim;
   const int H = config_.attention_heads;
   scores->assign(C, 0.0f);
   if (R == 0 || C == 0) return Status::Ok();
+  const int N = slot.max_history;
+  const int max_candidates = slot.max_candidates;
 
-  int max_len = 0, max_candidates = 0;
-  RETURN_IF_ERROR(
-      BatchLengths(batch, config_.max_history_len, &lengths_, &cand_lengths_, &max_len, &max_candidates));
-  padded_offsets_.resize(R + 1);
-  const int N = max_len;
-  for (int r = 0; r <= R; ++r) padded_offsets_[r] = r * N;
-
-  // Pack the batch into pinned memory and copy it with one H2D transfer.
-  StagingLayout layout;
-  const size_t at_dense = layout.Place(batch.dense.size() * sizeof(float));
-  std::vector<size_t> at_sparse_ids(F), at_sparse_offsets(F);
-  for (int f = 0; f < F; ++f) {
-    at_sparse_ids[f] = layout.Place(batch.sparse_ids[f].size() * sizeof(int64_t));
-    at_sparse_offsets[f] = layout.Place(batch.sparse_offsets[f].size() * sizeof(int32_t));
-  }
-  const size_t at_hist_ids = layout.Place(batch.history_ids.size() * sizeof(int64_t));
-  const size_t at_hist_offsets = layout.Place(batch.history_offsets.size() * sizeof(int32_t));
-  const size_t at_cand_ids = layout.Place(batch.candidate_ids.size() * sizeof(int64_t));
-  const size_t at_cand_offsets = layout.Place(batch.candidate_offsets.size() * sizeof(int32_t));
-  const size_t at_lengths = layout.Place(lengths_.size() * sizeof(int32_t));
-  const size_t at_cand_lengths = layout.Place(cand_lengths_.size() * sizeof(int32_t));
-  const size_t at_padded_offsets = layout.Place(padded_offsets_.size() * sizeof(int32_t));
-  if (layout.total > host_in_bytes_) {
-    const size_t bytes = std::max(layout.total, host_in_bytes_ * 2);  // grow-only, amortised
-    if (host_in_ != nullptr) cudaFreeHost(host_in_);
-    host_in_ = nullptr;
-    host_in_bytes_ = 0;
-    RETURN_IF_CUDA_ERROR(cudaHostAlloc(&host_in_, bytes, cudaHostAllocDefault));
-    host_in_bytes_ = bytes;
-  }
   if (static_cast<size_t>(C) > host_scores_count_) {
     const size_t count = std::max<size_t>(C, 2 * host_scores_count_);
     if (host_scores_ != nullptr) cudaFreeHost(host_scores_);
@@ -363,33 +497,18 @@ Status CudaModel::RunForward(const Batch& batch, std::vector<float>* scores) {
                                        cudaHostAllocDefault));
     host_scores_count_ = count;
   }
-  char* host = static_cast<char*>(host_in_);
-  auto put = [&](size_t at, const void* src, size_t bytes) {
-    if (bytes > 0) std::memcpy(host + at, src, bytes);
-  };
-  put(at_dense, batch.dense.data(), batch.dense.size() * sizeof(float));
-  for (int f = 0; f < F; ++f) {
-    put(at_sparse_ids[f], batch.sparse_ids[f].data(), batch.sparse_ids[f].size() * sizeof(int64_t));
-    put(at_sparse_offsets[f], batch.sparse_offsets[f].data(), batch.sparse_offsets[f].size() * sizeof(int32_t));
-  }
-  put(at_hist_ids, batch.history_ids.data(), batch.history_ids.size() * sizeof(int64_t));
-  put(at_hist_offsets, batch.history_offsets.data(), batch.history_offsets.size() * sizeof(int32_t));
-  put(at_cand_ids, batch.candidate_ids.data(), batch.candidate_ids.size() * sizeof(int64_t));
-  put(at_cand_offsets, batch.candidate_offsets.data(), batch.candidate_offsets.size() * sizeof(int32_t));
-  put(at_lengths, lengths_.data(), lengths_.size() * sizeof(int32_t));
-  put(at_cand_lengths, cand_lengths_.data(), cand_lengths_.size() * sizeof(int32_t));
-  put(at_padded_offsets, padded_offsets_.data(), padded_offsets_.size() * sizeof(int32_t));
-  char* dev = nullptr;
-  RETURN_IF_ERROR(Alloc(layout.total, &dev));
-  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dev, host, layout.total, cudaMemcpyHostToDevice, stream_));
-  const float* d_dense = reinterpret_cast<const float*>(dev + at_dense);
-  const int64_t* d_hist_ids = reinterpret_cast<const int64_t*>(dev + at_hist_ids);
-  const int32_t* d_hist_offsets = reinterpret_cast<const int32_t*>(dev + at_hist_offsets);
-  const int64_t* d_cand_ids = reinterpret_cast<const int64_t*>(dev + at_cand_ids);
-  const int32_t* d_cand_offsets = reinterpret_cast<const int32_t*>(dev + at_cand_offsets);
-  const int32_t* d_lengths = reinterpret_cast<const int32_t*>(dev + at_lengths);
-  const int32_t* d_cand_lengths = reinterpret_cast<const int32_t*>(dev + at_cand_lengths);
-  const int32_t* d_padded_offsets = reinterpret_cast<const int32_t*>(dev + at_padded_offsets);
+
+  // The compute stream starts once the slot's H2D copy has landed.
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_, slot.copy_done, 0));
+  const char* dev = slot.dev;
+  const float* d_dense = reinterpret_cast<const float*>(dev + slot.at_dense);
+  const int64_t* d_hist_ids = reinterpret_cast<const int64_t*>(dev + slot.at_hist_ids);
+  const int32_t* d_hist_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_hist_offsets);
+  const int64_t* d_cand_ids = reinterpret_cast<const int64_t*>(dev + slot.at_cand_ids);
+  const int32_t* d_cand_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_cand_offsets);
+  const int32_t* d_lengths = reinterpret_cast<const int32_t*>(dev + slot.at_lengths);
+  const int32_t* d_cand_lengths = reinterpret_cast<const int32_t*>(dev + slot.at_cand_lengths);
+  const int32_t* d_padded_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_padded_offsets);
 
   // 1. Bottom MLP, once per request: x [R, d].
   float* x = nullptr;
@@ -400,8 +519,8 @@ Status CudaModel::RunForward(const Batch& batch, std::vector<float>* scores) {
   RETURN_IF_ERROR(Alloc(size_t(F) * R * d, &pooled));
   for (int f = 0; f < F; ++f) {
     EmbeddingBagParams p = {};
-    p.ids = reinterpret_cast<const int64_t*>(dev + at_sparse_ids[f]);
-    p.offsets = reinterpret_cast<const int32_t*>(dev + at_sparse_offsets[f]);
+    p.ids = reinterpret_cast<const int64_t*>(dev + slot.at_sparse_ids[f]);
+    p.offsets = reinterpret_cast<const int32_t*>(dev + slot.at_sparse_offsets[f]);
     p.batch = R;
     p.table = sparse_tables_[f];
     p.table_dtype = table_dtype_;
@@ -596,7 +715,7 @@ Status CudaModel::RunForward(const Batch& batch, std::vector<float>* scores) {
       RETURN_IF_ERROR(PaddedToJaggedCuda(bp, stream_));
     }
     RETURN_IF_ERROR(FromAttn(u_attn, int64_t{C} * d, &u));
-    if (jagged) padding_saved_bytes_ += PaddingSavedBytes(batch, d);
+    padding_saved_bytes_ += slot.padding_saved_bytes;
   }
 
   // 7. Interaction [C, d + n(n-1)/2], request vectors read through candidate offsets.
@@ -620,10 +739,20 @@ Status CudaModel::RunForward(const Batch& batch, std::vector<float>* scores) {
   float* logits = nullptr;
   RETURN_IF_ERROR(Mlp(top_, /*relu_last=*/false, inter, C, &logits));
   RETURN_IF_ERROR(SigmoidInPlaceCuda(logits, C, stream_));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_start_, stream_));
   RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(host_scores_, logits, size_t(C) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_done_, stream_));
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   std::memcpy(scores->data(), host_scores_, size_t(C) * sizeof(float));
+  if (timings != nullptr) {
+    // Both copies are complete: the stream waited for copy_done and was synchronised.
+    float ms = 0;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, slot.copy_start, slot.copy_done));
+    timings->h2d_seconds = ms * 1e-3;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, d2h_start_, d2h_done_));
+    timings->d2h_seconds = ms * 1e-3;
+  }
   return Status::Ok();
 }
 

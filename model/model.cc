@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "model/backends.h"
 
@@ -34,6 +35,34 @@ int64_t PaddingSavedBytes(const Batch& batch, int embedding_dim) {
   }
   const int64_t padded_tokens = int64_t{batch.num_requests} * max_len;
   return (padded_tokens - batch.num_history_tokens()) * 6 * embedding_dim * static_cast<int64_t>(sizeof(float));
+}
+
+Status Model::CheckSlot(int slot) {
+  if (slot < 0 || slot >= kStageSlots) {
+    return Status::InvalidArgument("slot = " + std::to_string(slot) + ": must be in [0, " +
+                                   std::to_string(kStageSlots) + ")");
+  }
+  return Status::Ok();
+}
+
+Status Model::Stage(const Batch& batch, int slot) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  staged_[slot] = nullptr;
+  RETURN_IF_ERROR(ValidateBatchShape(batch, config().num_dense_features,
+                                     static_cast<int>(config().sparse_features.size())));
+  staged_[slot] = &batch;
+  return Status::Ok();
+}
+
+Status Model::Run(int slot, std::vector<float>* scores, ForwardTimings* timings) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  if (timings != nullptr) *timings = ForwardTimings();
+  const Batch* batch = staged_[slot];
+  if (batch == nullptr) {
+    return Status::Internal("Run(slot = " + std::to_string(slot) + "): no batch is staged in this slot");
+  }
+  staged_[slot] = nullptr;
+  return Forward(*batch, scores);
 }
 
 Status Model::Create(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,

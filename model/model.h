@@ -5,16 +5,30 @@
 //   std::vector<float> scores;                 // one per candidate, in (0, 1)
 //   RETURN_IF_ERROR(model->Forward(batch, &scores));
 //
-// Backends: "cpu" (float32, OpenBLAS + the CPU kernels; the weights are used
-// in place, e.g. straight from the mmap'ed safetensors file) and "cuda:N"
-// (weights uploaded once at Create, tables and attention operands in bf16
-// unless ModelOptions::cuda_bf16 is false; per-batch workspace from a
-// stream-ordered pool that keeps its memory; one H2D copy of the packed batch
-// from pinned memory, one D2H copy of the scores, one stream sync).
+// Or in two phases, so that moving one batch to the device overlaps the
+// compute of another (the executor's pipeline):
 //
-// Thread safety: Forward is NOT thread-safe (it owns per-backend workspace,
-// streams and handles); the server runs one executor thread per Model.
-// Info() and Memory() may be called from any thread.
+//   RETURN_IF_ERROR(model->Stage(batch_a, 0));  // thread 1
+//   RETURN_IF_ERROR(model->Run(0, &scores_a, &timings));  // thread 2, while
+//   RETURN_IF_ERROR(model->Stage(batch_b, 1));  // thread 1 copies the next
+//
+// Backends: "cpu" (float32, OpenBLAS + the CPU kernels; the weights are used
+// in place, e.g. straight from the mmap'ed safetensors file; Stage only
+// remembers the batch, Run computes it) and "cuda:N" (weights uploaded once
+// at Create, tables and attention operands in bf16 unless
+// ModelOptions::cuda_bf16 is false; per staging slot a pinned host buffer and
+// a device input buffer, Stage packs the batch into the pinned one and issues
+// one async H2D copy on a copy stream; Run computes on the compute stream
+// with per-batch workspace from a stream-ordered pool that keeps its memory,
+// one D2H copy of the scores, one stream sync).
+//
+// Thread safety: Forward, Stage and Run are NOT thread-safe in general (they
+// own per-backend workspace, streams and handles). Exactly this concurrency
+// is allowed: Stage(batch, a) on one thread while Run(b) or Stage(other, b)
+// runs on another, for slots a != b. Calls on one slot must be ordered by the
+// caller (Stage(s) happens-before Run(s) happens-before the next Stage(s)),
+// at most one Run runs at a time, and Forward (which uses slot 0) must not
+// overlap any other call. The accessors and Memory() may be called from any thread.
 #ifndef JAGRANK_MODEL_MODEL_H_
 #define JAGRANK_MODEL_MODEL_H_
 
@@ -55,8 +69,18 @@ struct ModelMemory {
   int64_t padding_saved_bytes = 0;
 };
 
+// What one Run measured on the device. Zeros on the CPU backend.
+struct ForwardTimings {
+  double h2d_seconds = 0;  // the staged batch's host->device copy, from CUDA events around it
+  double d2h_seconds = 0;  // the scores' device->host copy, from CUDA events around it
+};
+
 class Model {
  public:
+  // Staging slots of Stage/Run: two, so one batch can be copied while the
+  // other computes.
+  static constexpr int kStageSlots = 2;
+
   virtual ~Model() = default;
 
   // Builds the model on options.device. `weights` is consumed (moved onto
@@ -70,11 +94,35 @@ class Model {
   // REQUIRES: ValidateBatchShape(batch, ...) is OK (Forward re-checks cheaply).
   virtual Status Forward(const Batch& batch, std::vector<float>* scores) = 0;
 
+  // First phase of a forward pass: checks `batch` and starts moving it to the
+  // device into staging slot `slot` (0 <= slot < kStageSlots); returns
+  // without waiting for the copy. Waits first until the previous use of
+  // `slot` is finished (its copy done; its Run has returned by contract).
+  // Staging a slot again before its Run discards the earlier batch.
+  // REQUIRES: `batch` stays alive and unchanged until Run(slot) returns or
+  // the slot is staged again (the CPU backend computes from it in Run).
+  // The default remembers &batch; Run(slot) then calls Forward on it.
+  virtual Status Stage(const Batch& batch, int slot);
+
+  // Second phase: computes the batch staged in `slot`, waits for its scores
+  // (scores->size() == its num_candidates() on success) and frees the slot
+  // for the next Stage, success or not. `timings` may be null. Error (and
+  // nothing computed) when nothing is staged in `slot`, e.g. after a failed
+  // Stage.
+  virtual Status Run(int slot, std::vector<float>* scores, ForwardTimings* timings);
+
   virtual const ModelConfig& config() const = 0;
   virtual std::string device() const = 0;          // "cpu", "cuda:0"
   virtual AttentionStrategy attention() const = 0;
   virtual std::string version() const = 0;         // content hash of the weights
   virtual ModelMemory Memory() const = 0;
+
+ protected:
+  // InvalidArgument naming `slot` and the limit unless 0 <= slot < kStageSlots.
+  static Status CheckSlot(int slot);
+
+ private:
+  const Batch* staged_[kStageSlots] = {};  // the default Stage/Run; slot s touched only by calls on s
 };
 
 }  // namespace jagrank

@@ -442,5 +442,78 @@ TEST(ModelForwardTest, CreateAndForwardErrorsNameTheProblem) {
   EXPECT_FALSE(ParseAttentionStrategy("dense", &strategy).ok());
 }
 
+// The two-phase API the executor drives: batches staged into two slots and
+// run in an interleaved order (a slot restaged before the other one runs)
+// give exactly Forward's scores, each from its own slot's batch.
+TEST(ModelForwardTest, StageAndRunOnTwoSlotsEqualForwardOfEachBatch) {
+  const ModelConfig config = SmallConfig(8, 2, 3, 11);
+  std::unique_ptr<Model> model;
+  ModelOptions options;
+  options.cpu_threads = 2;
+  ASSERT_TRUE(Model::Create(config, ScaledWeights(config, 2.0f), options, &model).ok());
+  ASSERT_EQ(Model::kStageSlots, 2);
+  std::mt19937_64 rng(12);
+  std::vector<Batch> batches;
+  std::vector<std::vector<float>> expected;
+  for (int b = 0; b < 4; ++b) {
+    std::vector<RawRequest> reqs;
+    for (int r = 0; r <= b; ++r) {
+      reqs.push_back(RandomRequest(rng, config, static_cast<int>(rng() % 9), 1 + static_cast<int>(rng() % 5)));
+    }
+    batches.push_back(BuildBatch(config, reqs));
+    expected.emplace_back();
+    ASSERT_TRUE(model->Forward(batches.back(), &expected.back()).ok());
+  }
+  // Every batch has its own scores, so a slot mix-up cannot go unnoticed.
+  for (int a = 0; a < 4; ++a) {
+    for (int b = a + 1; b < 4; ++b) ASSERT_NE(expected[a], expected[b]);
+  }
+
+  // (stage batch b into slot s) or (run slot s, expect batch b), in order.
+  struct Step {
+    bool stage;
+    int slot, batch;
+  };
+  const Step steps[] = {{true, 0, 0},  {true, 1, 1},  {false, 1, 1}, {false, 0, 0}, {true, 0, 2},
+                        {true, 1, 3},  {false, 0, 2}, {true, 0, 0},  {false, 1, 3}, {true, 1, 2},
+                        {true, 1, 1},  {false, 0, 0}, {false, 1, 1}};  // slot 1 restaged before its Run: 1 wins
+  for (const Step& step : steps) {
+    const std::string label = std::string(step.stage ? "Stage" : "Run") + " slot " + std::to_string(step.slot) +
+                              " batch " + std::to_string(step.batch);
+    if (step.stage) {
+      Status s = model->Stage(batches[step.batch], step.slot);
+      ASSERT_TRUE(s.ok()) << label << ": " << s.ToString();
+      continue;
+    }
+    std::vector<float> scores(7, -1.0f);
+    ForwardTimings timings;
+    timings.h2d_seconds = timings.d2h_seconds = -1;
+    Status s = model->Run(step.slot, &scores, &timings);
+    ASSERT_TRUE(s.ok()) << label << ": " << s.ToString();
+    EXPECT_EQ(scores, expected[step.batch]) << label;
+    EXPECT_EQ(timings.h2d_seconds, 0.0) << "no copies on the CPU backend";
+    EXPECT_EQ(timings.d2h_seconds, 0.0);
+  }
+
+  // Run frees its slot: running it again is an error, as are bad slots and a
+  // batch that fails the shape check (which leaves nothing staged).
+  std::vector<float> scores;
+  Status s = model->Run(0, &scores, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("slot = 0"), std::string::npos) << s.message();
+  s = model->Stage(batches[0], 2);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("slot = 2"), std::string::npos) << s.message();
+  s = model->Run(-1, &scores, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("slot = -1"), std::string::npos) << s.message();
+  ASSERT_TRUE(model->Stage(batches[1], 1).ok());
+  Batch bad = batches[2];
+  bad.history_offsets.back() += 1;
+  s = model->Stage(bad, 1);
+  EXPECT_NE(s.message().find("history_offsets"), std::string::npos) << s.message();
+  EXPECT_FALSE(model->Run(1, &scores, nullptr).ok()) << "a failed Stage must not leave the earlier batch staged";
+}
+
 }  // namespace
 }  // namespace jagrank
