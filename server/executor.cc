@@ -62,6 +62,19 @@ void Executor::Assemble(Work* work) {
   work->assemble_seconds = SecondsSince(start);
 }
 
+void Executor::Stage(Work* work) {
+  const Clock::time_point start = Clock::now();
+  work->status = model_->Stage(work->batch, work->slot);
+  work->assemble_seconds += SecondsSince(start);
+}
+
+void Executor::ReleaseSlot(Work* work) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slot_busy_[work->slot] = false;
+  work->slot = -1;
+  cv_.notify_all();
+}
+
 void Executor::AssembleLoop() {
   std::vector<std::unique_ptr<QueuedRequest>> requests;
   while (batcher_->NextBatch(&requests)) {
@@ -72,6 +85,17 @@ void Executor::AssembleLoop() {
     }
     work->requests = std::move(requests);
     Assemble(work.get());
+    {
+      // Slots are used in turn; the next one is free once the batch staged
+      // in it two batches ago has run, i.e. while the previous batch computes.
+      std::unique_lock<std::mutex> lock(mu_);
+      const int slot = next_slot_;
+      cv_.wait(lock, [&] { return !slot_busy_[slot]; });
+      slot_busy_[slot] = true;
+      work->slot = slot;
+    }
+    next_slot_ = (next_slot_ + 1) % Model::kStageSlots;
+    Stage(work.get());
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return ready_ == nullptr; });
     ready_ = std::move(work);
@@ -142,16 +166,24 @@ bool Executor::Compute(Work* work) {
       (*it)->finish(why, nullptr, 0);
     }
     work->requests.erase(alive_end, work->requests.end());
-    if (work->requests.empty()) return false;
+    if (work->requests.empty()) {
+      ReleaseSlot(work);  // staged but never run: the next Stage of the slot replaces it
+      return false;
+    }
+    // Rare: rebuild the batch without the dropped requests and stage it
+    // again into the slot this Work holds (Stage waits for the earlier copy).
     Assemble(work);
+    Stage(work);
   }
 
   const Clock::time_point start = Clock::now();
   for (const auto& r : work->requests) {
     metrics_->OnQueueLatency(std::chrono::duration<double>(start - r->arrival).count());
   }
-  work->status = model_->Forward(work->batch, &work->scores);
+  work->timings = ForwardTimings();
+  if (work->status.ok()) work->status = model_->Run(work->slot, &work->scores, &work->timings);
   const double compute_seconds = SecondsSince(start);
+  ReleaseSlot(work);
   if (work->status.ok() && static_cast<int64_t>(work->scores.size()) != work->batch.num_candidates()) {
     work->status = Status::Internal("model returned " + std::to_string(work->scores.size()) + " scores for " +
                                     std::to_string(work->batch.num_candidates()) + " candidates");
@@ -162,7 +194,9 @@ bool Executor::Compute(Work* work) {
   stats.history_tokens = work->batch.num_history_tokens();
   stats.padded_history_tokens = work->padded_history_tokens;
   stats.assemble_seconds = work->assemble_seconds;
+  stats.h2d_seconds = work->timings.h2d_seconds;
   stats.compute_seconds = compute_seconds;
+  stats.d2h_seconds = work->timings.d2h_seconds;
   // Reported before the calls finish, so a client that saw its answer also
   // sees its batch in the metrics.
   metrics_->OnBatch(stats);

@@ -1,12 +1,20 @@
 // Executor: owns one Model (one device) and runs the batches the batcher
 // closes, as a three-stage pipeline of threads: the assembly thread pulls the
-// next batch from the batcher and builds its jagged Batch, the compute thread
-// runs Model::Forward, and the completion thread splits the scores back to
-// the requests and finishes them (response serialisation and the gRPC
-// write). While one batch computes, the next is assembled and the previous
-// one answered, so the compute thread does nothing but forward passes
-// (on the H200 the per-request finishing of a 72-request batch took longer
-// than its forward pass and kept the GPU idle).
+// next batch from the batcher, builds its jagged Batch and stages it on the
+// device (Model::Stage: pinned packing + async H2D copy into one of the
+// model's kStageSlots slots, alternating), the compute thread runs
+// Model::Run on the staged slot, and the completion thread splits the scores
+// back to the requests and finishes them (response serialisation and the
+// gRPC write). While one batch computes, the next is assembled and copied
+// and the previous one answered, so the compute thread does nothing but
+// forward passes (on the H200 the per-request finishing of a 72-request
+// batch took longer than its forward pass and kept the GPU idle).
+//
+// Slots: a Work holds its staging slot from Stage until its Run returns (or
+// until the compute thread drops all its requests); slot_busy_ says which
+// slots are held, and the assembly thread waits for its next slot to be
+// released before staging into it. So Stage(s) and Run(s) of one slot never
+// overlap, and Stage(a) overlaps only Run(b != a), as Model requires.
 #ifndef JAGRANK_SERVER_EXECUTOR_H_
 #define JAGRANK_SERVER_EXECUTOR_H_
 
@@ -27,8 +35,10 @@ namespace jagrank {
 
 class Executor {
  public:
-  // `model`, `batcher` and `metrics` must outlive the executor. Model::Forward
-  // is only ever called from the executor's compute thread.
+  // `model`, `batcher` and `metrics` must outlive the executor. Model::Run is
+  // only ever called from the compute thread; Model::Stage from the assembly
+  // thread, or from the compute thread when it re-stages a batch whose
+  // requests partly expired (same slot, which that Work holds).
   Executor(Model* model, Batcher* batcher, ServerMetrics* metrics);
   ~Executor();  // Join()s.
 
@@ -42,9 +52,11 @@ class Executor {
     std::vector<std::unique_ptr<QueuedRequest>> requests;
     Batch batch;
     int64_t padded_history_tokens = 0;
-    double assemble_seconds = 0;
-    Status status;              // of the forward pass
-    std::vector<float> scores;  // [C] when status is OK
+    double assemble_seconds = 0;  // building `batch` plus Stage's host time (pinned packing, copy issue)
+    int slot = -1;                // staging slot held from Stage to the end of Run; -1 = none
+    Status status;                // of Stage, then of Run
+    std::vector<float> scores;    // [C] when status is OK
+    ForwardTimings timings;       // of Run
   };
   // Batches computed but not yet answered before the compute thread waits
   // (bounds memory when finishing falls behind).
@@ -54,8 +66,11 @@ class Executor {
   void ComputeLoop();
   void CompleteLoop();
   void Assemble(Work* work);
-  // Drops expired requests, runs the forward pass; false when nothing is left to answer.
+  void Stage(Work* work);  // REQUIRES: work holds work->slot
+  // Drops expired requests (re-assembling and re-staging the rest), runs the
+  // staged batch and releases the slot; false when nothing is left to answer.
   bool Compute(Work* work);
+  void ReleaseSlot(Work* work);
   void Complete(Work* work);  // finishes every request in `work`
   std::unique_ptr<Work> TakeSpare();  // REQUIRES: mu_ held
 
@@ -69,6 +84,8 @@ class Executor {
   std::vector<std::unique_ptr<Work>> spares_;   // answered, buffers reusable; guarded by mu_
   bool assembly_done_ = false;   // guarded by mu_
   bool compute_done_ = false;    // guarded by mu_
+  bool slot_busy_[Model::kStageSlots] = {};  // held by a Work; guarded by mu_
+  int next_slot_ = 0;            // the assembly thread's next slot; that thread only
   std::thread assembly_thread_;
   std::thread compute_thread_;
   std::thread completion_thread_;

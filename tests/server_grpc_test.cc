@@ -50,6 +50,7 @@ class ServerGrpcTest : public ::testing::Test {
       std::lock_guard<std::mutex> lock(log_.mu);
       log_.candidate_ids.clear();
       log_.batch_requests.clear();
+      log_.staged_requests.clear();
     }
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
                                    grpc::InsecureChannelCredentials());
@@ -272,6 +273,42 @@ TEST_F(ServerGrpcTest, ExpiredDeadlineIsNeverComputed) {
   {
     std::lock_guard<std::mutex> lock(log_.mu);
     EXPECT_EQ(log_.candidate_ids.count(777777777), 0u) << "the expired request was computed";
+  }
+  EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
+}
+
+// The executor stages a batch (H2D copy) while the one before it computes.
+// A request of that staged batch that expires before its compute is dropped,
+// and the rest is rebuilt and staged again into the same slot: the survivor
+// is answered correctly, the expired one never reaches the model.
+TEST_F(ServerGrpcTest, ExpiredRequestOfAStagedBatchIsDroppedAndTheRestRestaged) {
+  // 300 ms: the two calls sent back to back below close one batch together.
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 300000; });
+  gate_.Close();
+  const v1::RankRequest blocker = MakeRequest(31, 4, 3, model_config_);
+  auto first = SendRank(stub_.get(), blocker);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  v1::RankRequest victim = MakeRequest(32, 5, 2, model_config_);
+  victim.set_candidate_item_ids(0, 888888888);
+  const v1::RankRequest survivor = MakeRequest(33, 7, 4, model_config_);
+  auto late = SendRank(stub_.get(), victim, 1500ms);
+  auto kept = SendRank(stub_.get(), survivor);
+  ASSERT_TRUE(log_.WaitStaged(2, 10s)) << "the two calls were not staged as one batch while the blocker ran";
+  ASSERT_TRUE(late->Wait(10s));
+  EXPECT_EQ(late->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The server's deadline for the call trails the client's by the transport
+  // delay; let the steady clock pass it before the batch may compute.
+  std::this_thread::sleep_for(50ms);
+  gate_.Open();
+  ASSERT_TRUE(first->Wait(20s));
+  ExpectMatchesOracle(blocker, *first);
+  ASSERT_TRUE(kept->Wait(20s));
+  ExpectMatchesOracle(survivor, *kept);
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_EQ(log_.candidate_ids.count(888888888), 0u) << "the expired request was computed";
+    EXPECT_EQ(log_.staged_requests, (std::vector<int>{1, 2, 1})) << "blocker, the pair, the survivor restaged";
+    EXPECT_EQ(log_.batch_requests, (std::vector<int>{1, 1}));
   }
   EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
 }

@@ -56,7 +56,7 @@ inline std::unique_ptr<Model> MakeCpuModel(const ModelConfig& config) {
   return model;
 }
 
-// Holds every Forward while closed; counts the calls that reached it.
+// Holds every Forward and Run while closed; counts the calls that reached it.
 class Gate {
  public:
   void Close() {
@@ -90,27 +90,53 @@ class Gate {
   int entered_ = 0;
 };
 
-// What the model computed: every candidate id and every batch's size.
+// What the model computed: every candidate id and every batch's size; and
+// the size of every batch staged (Model::Stage), computed or not.
 struct ForwardLog {
   std::mutex mu;
+  std::condition_variable cv;
   std::multiset<int64_t> candidate_ids;
   std::vector<int> batch_requests;
+  std::vector<int> staged_requests;
+
+  // True once a batch of `requests` requests was staged (bounded wait).
+  bool WaitStaged(int requests, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [&] {
+      return std::find(staged_requests.begin(), staged_requests.end(), requests) != staged_requests.end();
+    });
+  }
 };
 
-// The real model behind a gate, recording each batch. `gate` and `log` must
-// outlive it.
+// The real model behind a gate, recording each batch. Stage and Run go
+// through to the inner model's own (so a CUDA model keeps its copy overlap);
+// the gate holds Forward and Run. `gate` and `log` must outlive it.
 class RecordingModel final : public Model {
  public:
   RecordingModel(std::unique_ptr<Model> inner, Gate* gate, ForwardLog* log)
       : inner_(std::move(inner)), gate_(gate), log_(log) {}
   Status Forward(const Batch& batch, std::vector<float>* scores) override {
     gate_->Pass();
-    {
-      std::lock_guard<std::mutex> lock(log_->mu);
-      log_->candidate_ids.insert(batch.candidate_ids.begin(), batch.candidate_ids.end());
-      log_->batch_requests.push_back(batch.num_requests);
-    }
+    RecordComputed(batch);
     return inner_->Forward(batch, scores);
+  }
+  Status Stage(const Batch& batch, int slot) override {
+    if (slot >= 0 && slot < kStageSlots) staged_[slot] = nullptr;
+    Status s = inner_->Stage(batch, slot);
+    if (!s.ok()) return s;
+    staged_[slot] = &batch;
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->staged_requests.push_back(batch.num_requests);
+    log_->cv.notify_all();
+    return s;
+  }
+  Status Run(int slot, std::vector<float>* scores, ForwardTimings* timings) override {
+    gate_->Pass();
+    if (slot >= 0 && slot < kStageSlots && staged_[slot] != nullptr) {
+      RecordComputed(*staged_[slot]);
+      staged_[slot] = nullptr;
+    }
+    return inner_->Run(slot, scores, timings);
   }
   const ModelConfig& config() const override { return inner_->config(); }
   std::string device() const override { return inner_->device(); }
@@ -119,9 +145,16 @@ class RecordingModel final : public Model {
   ModelMemory Memory() const override { return inner_->Memory(); }
 
  private:
+  void RecordComputed(const Batch& batch) {
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->candidate_ids.insert(batch.candidate_ids.begin(), batch.candidate_ids.end());
+    log_->batch_requests.push_back(batch.num_requests);
+  }
+
   std::unique_ptr<Model> inner_;
   Gate* gate_;
   ForwardLog* log_;
+  const Batch* staged_[kStageSlots] = {};  // slot s touched only by calls on s (Model's contract)
 };
 
 // Counts what the server reports.
