@@ -24,6 +24,8 @@ are that variant's time over ours (> 1: we are faster).
 
 Run on the GPU machine:
   python3 attention_vs_torch.py --lib libjagrank_kernels_c.so [--out r.json] [--plot t.png] [--quick]
+      [--kernels mma_sync,wgmma,wgmma_alt]   (extra rows "jagrank:<k>": the library with
+                                              JAGRANK_FLASH_KERNEL=<k>, same inputs, same process)
 """
 import argparse
 import ctypes
@@ -189,7 +191,30 @@ def check_against_sdpa(lib, gen, dev):
     return worst
 
 
-def run_self(lib, gen, dev, shapes, skip):
+def kernel_variants(ours, check, kernels):
+    """jagrank with JAGRANK_FLASH_KERNEL set to each of `kernels` (read by the
+    library per call): same inputs, same process, as variants "jagrank:<k>".
+    Each is checked against varlen_fa2 first; a wrong one is not timed."""
+    out = []
+    for k in kernels:
+        def fn(k=k):
+            old = os.environ.get("JAGRANK_FLASH_KERNEL")
+            os.environ["JAGRANK_FLASH_KERNEL"] = k
+            try:
+                return ours()
+            finally:
+                if old is None:
+                    del os.environ["JAGRANK_FLASH_KERNEL"]
+                else:
+                    os.environ["JAGRANK_FLASH_KERNEL"] = old
+        err = check(fn)
+        print(f"  jagrank:{k} rel err vs varlen_fa2 {err:.2e}", flush=True)
+        if err <= 1e-2:
+            out.append((f"jagrank:{k}", fn))
+    return out
+
+
+def run_self(lib, gen, dev, shapes, skip, kernels):
     rows = []
     dt = torch.bfloat16
     for (B, N, H, D, fill) in shapes:
@@ -239,8 +264,9 @@ def run_self(lib, gen, dev, shapes, skip):
 
         flops = 4.0 * float((L.double() ** 2).sum()) * H * D
         err = rel_err(ours(), varlen())
-        variants = [("jagrank", ours), ("dense", dense), ("sdpa_flash", sdpa_flash), ("sdpa_mask", sdpa_mask),
-                    ("cudnn", cudnn), ("varlen_fa2", varlen)]
+        variants = [("jagrank", ours)] + kernel_variants(ours, lambda fn: rel_err(fn(), varlen()), kernels) + [
+            ("dense", dense), ("sdpa_flash", sdpa_flash), ("sdpa_mask", sdpa_mask), ("cudnn", cudnn),
+            ("varlen_fa2", varlen)]
         for name, fn in variants:
             row = dict(kind="self", B=B, N=N, H=H, D=D, fill=fill, T=T, variant=name, rel_vs_fa2=err)
             if name in skip:
@@ -257,7 +283,7 @@ def run_self(lib, gen, dev, shapes, skip):
     return rows
 
 
-def run_target(lib, gen, dev, shapes, skip):
+def run_target(lib, gen, dev, shapes, skip, kernels):
     rows = []
     dt = torch.bfloat16
     for (B, Cmin, Cmax, Lmax, d) in shapes:
@@ -302,7 +328,9 @@ def run_target(lib, gen, dev, shapes, skip):
 
         flops = 4.0 * float((C.double() * L.double()).sum()) * d
         err = rel_err(ours(), varlen()[:, 0])
-        for name, fn in [("jagrank", ours), ("padded_dense", dense), ("sdpa_padded", sdpa), ("varlen_fa2", varlen)]:
+        variants = [("jagrank", ours)] + kernel_variants(ours, lambda fn: rel_err(fn(), varlen()[:, 0]), kernels) + [
+            ("padded_dense", dense), ("sdpa_padded", sdpa), ("varlen_fa2", varlen)]
+        for name, fn in variants:
             if name in skip:
                 continue
             row = dict(kind="target", B=B, C=f"{Cmin}-{Cmax}", Lmax=Lmax, Lmed=int(L.median()), d=d, variant=name,
@@ -392,6 +420,8 @@ def main():
     ap.add_argument("--plot", default=None, help="PNG of time vs N per D")
     ap.add_argument("--quick", action="store_true", help="two self shapes, one target shape")
     ap.add_argument("--skip", default="", help="comma-separated variants not to time (e.g. dense)")
+    ap.add_argument("--kernels", default="", help="comma-separated JAGRANK_FLASH_KERNEL values to time as extra "
+                    "jagrank variants (mma_sync, wgmma, wgmma_alt)")
     a = ap.parse_args()
     lib = load_lib(a.lib)
     dev = "cuda"
@@ -406,7 +436,9 @@ def main():
     skip = set(s for s in a.skip.split(",") if s)
     self_shapes = SELF_SHAPES[:2] if a.quick else SELF_SHAPES
     target_shapes = TARGET_SHAPES[:1] if a.quick else TARGET_SHAPES
-    rows = run_self(lib, gen, dev, self_shapes, skip) + run_target(lib, gen, dev, target_shapes, skip)
+    kernels = [k for k in a.kernels.split(",") if k]
+    rows = (run_self(lib, gen, dev, self_shapes, skip, kernels) +
+            run_target(lib, gen, dev, target_shapes, skip, kernels))
     if a.out:
         json.dump(rows, open(a.out, "w"), indent=1)
     if a.plot:

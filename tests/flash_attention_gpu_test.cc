@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -370,6 +371,69 @@ TEST_F(FlashAttentionGpuTest, LongestFirstOrderKeepsEachSequenceInPlace) {
     c.k_valid_len[200] = 1100;  // past the padded length
     SCOPED_TRACE("padded");
     RunCase(c, rng(), kBf16Tolerance);
+  }
+}
+
+// JAGRANK_FLASH_KERNEL picks the bf16 kernel per call (flash_attention.cu):
+// each choice must match the reference on every head dim, self and target
+// attention, multi-tile sequences and the ordered path. Where a choice
+// cannot run (wgmma off sm_90 or in a build without sm_90a) it falls back to
+// mma.sync and must still be right.
+class ScopedFlashKernel {
+ public:
+  explicit ScopedFlashKernel(const char* value) {
+    const char* old = std::getenv(kName);
+    had_old_ = old != nullptr;
+    if (had_old_) old_ = old;
+    setenv(kName, value, 1);
+  }
+  ~ScopedFlashKernel() {
+    if (had_old_) {
+      setenv(kName, old_.c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+
+ private:
+  static constexpr const char* kName = "JAGRANK_FLASH_KERNEL";
+  bool had_old_ = false;
+  std::string old_;
+};
+
+TEST_F(FlashAttentionGpuTest, EveryBf16KernelChoiceMatchesReference) {
+  std::mt19937_64 rng(61);
+  for (const char* kernel : {"mma_sync", "wgmma", "wgmma_alt", "auto"}) {
+    ScopedFlashKernel scoped(kernel);
+    for (int head_dim : {32, 64, 128}) {
+      Case c;
+      c.head_dim = head_dim;
+      c.num_heads = 2;
+      c.q_lengths = RandomLengths(rng, 7, 400);  // includes 0, 1 and 400 (several key tiles)
+      c.q_lengths[1] = 129;                       // one row past two 64-row tiles
+      c.fused_qkv = true;
+      SCOPED_TRACE(std::string(kernel) + " self D=" + std::to_string(head_dim));
+      RunCase(c, rng(), kBf16Tolerance);
+    }
+    {
+      Case c;  // target attention with empty histories
+      c.head_dim = 64;
+      c.q_lengths = RandomLengths(rng, 9, 150);
+      for (int32_t& n : c.q_lengths) n = std::max(n, 1);
+      c.k_lengths = RandomLengths(rng, 9, 700);
+      c.shared_kv = true;
+      c.o_extra_columns = 0;
+      SCOPED_TRACE(std::string(kernel) + " target");
+      RunCase(c, rng(), kBf16Tolerance);
+    }
+    {
+      Case c;  // ordered path (work bound >= 3e9), one long sequence
+      c.head_dim = 128;
+      c.q_lengths = RandomLengths(rng, 40, 100);
+      c.q_lengths[7] = 1100;
+      SCOPED_TRACE(std::string(kernel) + " ordered D=128");
+      RunCase(c, rng(), kBf16Tolerance);
+    }
   }
 }
 

@@ -2,8 +2,11 @@
 // to one of the compiled launchers.
 #include "kernels/flash/flash_attention.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/flash/flash_dispatch.h"
@@ -64,6 +67,60 @@ Status ValidateParams(const AttentionParams& params) {
   return Status::Ok();
 }
 
+#if JAGRANK_FLASH_WGMMA
+// Which bf16 kernel runs, from JAGRANK_FLASH_KERNEL (read per call, so that
+// tests and benchmarks can switch within one process): unset or "auto" =
+// on compute capability 9.0 devices of an sm_90a build, wgmma for the head
+// dims whose FlashWgmmaConfig says kDefault, mma.sync otherwise; "mma_sync" =
+// always mma.sync; "wgmma" / "wgmma_alt" = the Hopper kernel with
+// FlashWgmmaConfig's Traits / AltTraits for every head dim where it can run.
+enum class Bf16Kernel { kAuto, kMmaSync, kWgmma, kWgmmaAlt };
+
+Bf16Kernel Bf16KernelFromEnvironment() {
+  const char* value = std::getenv("JAGRANK_FLASH_KERNEL");
+  if (value == nullptr) return Bf16Kernel::kAuto;
+  if (std::strcmp(value, "mma_sync") == 0) return Bf16Kernel::kMmaSync;
+  if (std::strcmp(value, "wgmma") == 0) return Bf16Kernel::kWgmma;
+  if (std::strcmp(value, "wgmma_alt") == 0) return Bf16Kernel::kWgmmaAlt;
+  return Bf16Kernel::kAuto;
+}
+
+// True when the current device has compute capability 9.0 (sm_90a code runs
+// there only). Cached per device ordinal.
+bool CurrentDeviceIsSm90() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return false;
+  if (device < kMaxDevices) {
+    const int known = cache[device].load(std::memory_order_relaxed);
+    if (known != 0) return known == 1;
+  }
+  int major = 0, minor = 0;
+  const bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+                    major == 9 && minor == 0;
+  if (device < kMaxDevices) cache[device].store(sm90 ? 1 : 2, std::memory_order_relaxed);
+  return sm90;
+}
+#endif
+
+template <int kHeadDim>
+Status LaunchBf16(const AttentionParams& params, cudaStream_t stream) {
+#if JAGRANK_FLASH_WGMMA
+  const Bf16Kernel kernel = Bf16KernelFromEnvironment();
+  const bool wgmma = kernel == Bf16Kernel::kWgmma || kernel == Bf16Kernel::kWgmmaAlt ||
+                     (kernel == Bf16Kernel::kAuto && flash::WgmmaIsDefault<kHeadDim>());
+  if (wgmma && CurrentDeviceIsSm90()) {
+    const flash::WgmmaTile tile = kernel == Bf16Kernel::kWgmma      ? flash::WgmmaTile::kMain
+                                  : kernel == Bf16Kernel::kWgmmaAlt ? flash::WgmmaTile::kAlt
+                                                                    : flash::WgmmaTile::kAuto;
+    return flash::LaunchFlashWgmmaBf16<kHeadDim>(params, stream, tile);
+  }
+#endif
+  return flash::LaunchFlashBf16<kHeadDim>(params, stream);
+}
+
 }  // namespace
 
 Status JaggedAttentionCuda(const AttentionParams& params, cudaStream_t stream) {
@@ -76,7 +133,7 @@ Status JaggedAttentionCuda(const AttentionParams& params, cudaStream_t stream) {
     return DispatchHeadDim(params.head_dim, [&](auto head_dim) {
       constexpr int kHeadDim = decltype(head_dim)::value;
       if constexpr (decltype(dtype)::value == DType::kBFloat16) {
-        return flash::LaunchFlashBf16<kHeadDim>(params, stream);
+        return LaunchBf16<kHeadDim>(params, stream);
       } else {
         return flash::LaunchFlashFp32<kHeadDim>(params, stream);
       }

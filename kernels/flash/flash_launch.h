@@ -15,6 +15,17 @@ namespace flash {
 // REQUIRES: params validated by JaggedAttentionCuda; head_dim == kHeadDim.
 template <int kHeadDim>
 Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream);
+// Hopper path (flash_wgmma_*.cu): compiled for sm_90a when the build's CUDA
+// architectures include 90 (JAGRANK_FLASH_WGMMA defined); runs on compute
+// capability 9.0 devices only. kAuto: FlashWgmmaConfig's choice of tile by
+// the batch's shape; kMain / kAlt: its Traits / AltTraits for every batch.
+enum class WgmmaTile { kAuto, kMain, kAlt };
+template <int kHeadDim>
+Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, WgmmaTile tile);
+// FlashWgmmaConfig<kHeadDim>::kDefault: whether the default path runs wgmma
+// for this head dim where it can.
+template <int kHeadDim>
+bool WgmmaIsDefault();
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream);
 

@@ -81,6 +81,74 @@ struct FlashBf16Config<128> {
   static constexpr int kLongKeysAbove = 1 << 30;
 };
 
+// bf16 Hopper kernel (wgmma, sm_90a only; flash_wgmma_kernel.cuh). Each
+// warpgroup (4 warps, 128 threads) owns 64 query rows of the CTA's tile:
+// S = Q K^T with Q and K read by the tensor cores straight from shared
+// memory, P kept in registers as the A operand of O += P V, V read as a
+// transposed (MN-major) B operand. Tiles live in shared memory in the
+// swizzled layout the wgmma descriptors name (rows of kSwizzleBytes, 16-byte
+// chunks XOR-permuted by row), filled by cp.async, double-buffered.
+template <int kHeadDim_, int kBlockN_, int kWarpGroups_, int kMinBlocksPerSm_>
+struct FlashWgmmaTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpGroups = kWarpGroups_;
+  static constexpr int kThreads = kWarpGroups * 128;
+  static constexpr int kBlockM = kWarpGroups * 64;  // wgmma M is 64 per warpgroup
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = 2;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  // 128-byte swizzle where a row holds 64 columns; D = 32 rows are 64 bytes.
+  static constexpr int kSwizzleBytes = kHeadDim * 2 >= 128 ? 128 : kHeadDim * 2;
+  static constexpr int kColBlocks = kHeadDim * 2 / kSwizzleBytes;  // column blocks of kSwizzleBytes
+  static constexpr int kChunksPerRow = kHeadDim / 8;                // 16-byte chunks
+  // O += P V runs one wgmma per column block (N = 64, or 32 at D = 32).
+  static constexpr int kPvN = kSwizzleBytes / 2;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKvTileBytes = kBlockN * kHeadDim * 2;
+  // + 1024: the dynamic shared memory base is rounded up to the swizzle
+  // pattern's 1024-byte period.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvTileBytes + 1024;
+
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "wgmma kernel: head_dim 32, 64 or 128");
+  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128 (S = Q K^T)");
+  static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups per CTA");
+  static_assert(kSmemBytes <= 227 * 1024, "tiles exceed the H100/H200 shared memory per CTA");
+};
+
+// The wgmma tiles per head dim and whether the default ("auto") path uses
+// them (bench/NOTES.md v7 has the measurements): Traits, and AltTraits for
+// batches whose queries per sequence are at most half the keys (target
+// attention: more, shorter CTAs per long history). JAGRANK_FLASH_KERNEL=wgmma
+// / wgmma_alt force one of them for every batch (A/B runs).
+template <int kHeadDim>
+struct FlashWgmmaConfig;
+// D = 32: softmax-bound; wgmma measured 10-35% slower than the mma.sync
+// kernel (v7, same call), so the default stays mma.sync.
+template <>
+struct FlashWgmmaConfig<32> {
+  using Traits = FlashWgmmaTraits<32, /*block_n=*/128, /*warp_groups=*/1, /*min_blocks=*/3>;
+  using AltTraits = FlashWgmmaTraits<32, 64, 2, 2>;
+  static constexpr bool kDefault = false;
+};
+// D = 64: 2 warpgroups share each 64-key K/V tile, 2 CTAs per SM; targets 1
+// warpgroup, 128-key tiles. v7, same call, vs mma.sync: self N = 512 0.539 ->
+// 0.474 ms, N = 4096 1.352 -> 1.220; target Lmax 2048 0.055 -> 0.040, Lmax
+// 4096 0.101 -> 0.071 (AltTraits).
+template <>
+struct FlashWgmmaConfig<64> {
+  using Traits = FlashWgmmaTraits<64, /*block_n=*/64, /*warp_groups=*/2, /*min_blocks=*/2>;
+  using AltTraits = FlashWgmmaTraits<64, 128, 1, 2>;
+  static constexpr bool kDefault = true;
+};
+// D = 128: MMA-bound; the 1-CTA/SM wgmma tile measured 1.482 ms vs
+// mma.sync's 1.349 (v7), so the default stays mma.sync.
+template <>
+struct FlashWgmmaConfig<128> {
+  using Traits = FlashWgmmaTraits<128, /*block_n=*/128, /*warp_groups=*/2, /*min_blocks=*/1>;
+  using AltTraits = FlashWgmmaTraits<128, 64, 1, 2>;
+  static constexpr bool kDefault = false;
+};
+
 // float32 kernel (CUDA cores): each warp owns kRowsPerWarp query rows; a lane
 // scores one key of a 32-key tile, then owns head_dim / 32 output columns.
 template <int kHeadDim_>

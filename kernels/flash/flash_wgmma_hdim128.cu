@@ -1,0 +1,9 @@
+// Hopper (wgmma) instantiation, compiled for sm_90a only (flash_sources.cmake).
+#include "kernels/flash/flash_wgmma_launch.cuh"
+
+namespace jagrank {
+namespace flash {
+template Status LaunchFlashWgmmaBf16<128>(const AttentionParams&, cudaStream_t, WgmmaTile);
+template bool WgmmaIsDefault<128>();
+}  // namespace flash
+}  // namespace jagrank

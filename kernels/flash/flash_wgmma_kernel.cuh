@@ -1,0 +1,409 @@
+// Device code of the Hopper (sm_90a) bf16 flash attention kernel: wgmma
+// with shared-memory matrix descriptors. Included only by the sm_90a
+// instantiation files (flash_wgmma_hdim*.cu) through flash_wgmma_launch.cuh;
+// the mma.sync kernel (flash_kernel.cuh) stays the path for every other
+// device and build.
+//
+// Same grid, order and contract as FlashAttentionBf16Kernel: one CTA per
+// (sequence, head, query tile) with the tile fastest, longest-first order
+// when given, tiles past a sequence's end return at once, sequences without
+// valid keys get zero rows.
+#ifndef JAGRANK_KERNELS_FLASH_FLASH_WGMMA_KERNEL_CUH_
+#define JAGRANK_KERNELS_FLASH_FLASH_WGMMA_KERNEL_CUH_
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/flash/flash_kernel.cuh"
+#include "kernels/flash/flash_traits.h"
+
+namespace jagrank {
+namespace flash {
+
+// ------------------------------------------------------------ wgmma helpers
+
+// Shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"):
+// start address, leading and stride byte offsets (all >> 4), swizzle mode in
+// bits 62-63 (1: 128-byte, 2: 64-byte). Base offset 0: every tile starts on
+// the swizzle pattern's period.
+template <int kSwizzleBytes>
+__device__ __forceinline__ uint64_t SmemDescriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64, "128- or 64-byte swizzle");
+  constexpr uint64_t kMode = kSwizzleBytes == 128 ? 1 : 2;
+  return static_cast<uint64_t>((address & 0x3ffff) >> 4) | (static_cast<uint64_t>(leading_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (kMode << 62);
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `rows` rows
+// stored as column blocks of kSwizzleBytes-byte rows: the chunk index is
+// XORed with address bits 7.. (Swizzle<3,4,3> for 128 bytes, <2,4,3> for 64),
+// the permutation the descriptors' swizzle mode undoes. Also conflict-free
+// for 8 lanes writing 8 chunks of one row.
+template <int kSwizzleBytes>
+__device__ __forceinline__ int SwizzledOffset(int row, int chunk, int rows) {
+  constexpr int kChunksPerBlock = kSwizzleBytes / 16;
+  const int block = chunk / kChunksPerBlock;
+  const int offset = row * kSwizzleBytes + (chunk % kChunksPerBlock) * 16;
+  return block * rows * kSwizzleBytes + (offset ^ (((offset >> 7) & (kChunksPerBlock - 1)) << 4));
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// cp.async writes (generic proxy) must be made visible to the tensor cores'
+// reads (async proxy) before the barrier that publishes them.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Pins registers at this point of the program: the compiler may not move
+// their reads or writes across it (wgmma reads and writes them
+// asynchronously, which the compiler does not see).
+template <int kN>
+__device__ __forceinline__ void FenceRegisters(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void FenceRegisters(uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Accumulator layout of m64nNk16 (per warp w of the warpgroup, lane l):
+// d[4 j + e] holds row 16 w + l / 4 + 8 (e / 2), column 8 j + 2 (l % 4) + e % 2,
+// the mma.sync m16n8 layout repeated over n8 tiles.
+template <int kN>
+__device__ __forceinline__ void WgmmaSS(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
+template <int kN>
+__device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b);
+
+// d[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B K-major in shared memory.
+template <>
+__device__ __forceinline__ void WgmmaSS<64>(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+      : "memory");
+}
+
+// d[64 x 128] (+)= A[64 x 16] B[16 x 128], A and B K-major in shared memory.
+template <>
+__device__ __forceinline__ void WgmmaSS<128>(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+      : "memory");
+}
+
+// d[64 x 32] += A[64 x 16] B[16 x 32], A from registers, B MN-major in shared memory.
+template <>
+__device__ __forceinline__ void WgmmaRS<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
+
+// d[64 x 64] += A[64 x 16] B[16 x 64], A from registers, B MN-major in shared memory.
+template <>
+__device__ __forceinline__ void WgmmaRS<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
+
+// ------------------------------------------------------------------ kernel
+
+// maybe_order (optional, [batch]): the sequences in the order their CTAs
+// should start, longest first; null = batch order.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    FlashAttentionWgmmaKernel(const AttentionParams p, const float scale_log2, const int* __restrict__ maybe_order) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kD = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kThreads = Traits::kThreads;
+  constexpr int kChunks = Traits::kChunksPerRow;
+  constexpr int kSw = Traits::kSwizzleBytes;
+  constexpr int kPvN = Traits::kPvN;
+  constexpr int kPvBlocks = kD / kPvN;       // P V wgmmas per 16 keys
+  constexpr int kNTiles = kBlockN / 8;       // n8 column tiles of S per thread
+  constexpr int kKSteps = kD / 16;           // k16 steps of Q K^T
+  constexpr int kStepsPerBlock = kSw / 32;   // k16 steps inside one swizzled row
+  constexpr uint32_t kAtomBytes = 8 * kSw;   // 8 rows: the swizzle pattern's period
+
+  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
+  const int bh = blockIdx.x / m_blocks;
+  const int m_block = blockIdx.x - bh * m_blocks;
+  const int rank = bh / p.num_heads;
+  const int h = bh - rank * p.num_heads;
+  const int b = maybe_order != nullptr ? maybe_order[rank] : rank;
+  const int q_start = p.q_offsets[b];
+  const int q_len = p.q_offsets[b + 1] - q_start;
+  const int m0 = m_block * kBlockM;
+  if (m0 >= q_len) return;
+  const int rows = min(kBlockM, q_len - m0);  // valid query rows of this tile
+  const int k_start = p.k_offsets[b];
+  const int k_len = ValidKeyCount(p, b, p.k_offsets[b + 1] - k_start);
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int wg = warp / 4;          // warpgroup: query rows 64 wg .. 64 wg + 63
+  const int wg_warp = warp % 4;     // rows 16 wg_warp .. + 15 of the warpgroup's 64
+  const int group = lane / 4;
+  const int quad = lane % 4;
+  __nv_bfloat16* o_tile = static_cast<__nv_bfloat16*>(p.o) + (q_start + m0) * p.o_row_stride + h * kD;
+
+  if (k_len <= 0) {  // no valid keys: the rows are zeros
+    for (int i = tid; i < rows * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      *reinterpret_cast<uint4*>(o_tile + r * p.o_row_stride + c * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // Rounded up to 1024 bytes (kSmemBytes holds the slack): the descriptors'
+  // swizzle is a function of the absolute shared-memory address.
+  const uint32_t raw_address = SmemAddress(smem_raw);
+  unsigned char* s_q = smem_raw + ((1024 - (raw_address & 1023)) & 1023);  // kColBlocks x [kBlockM][kSw]
+  unsigned char* s_k = s_q + Traits::kQBytes;                              // kStages x kColBlocks x [kBlockN][kSw]
+  unsigned char* s_v = s_k + Traits::kStages * Traits::kKvTileBytes;       // same
+  const uint32_t q_address = SmemAddress(s_q);
+  const uint32_t k_address = SmemAddress(s_k);
+  const uint32_t v_address = SmemAddress(s_v);
+
+  const __nv_bfloat16* q_tile =
+      static_cast<const __nv_bfloat16*>(p.q) + (q_start + m0) * p.q_row_stride + h * kD;
+  const __nv_bfloat16* k_seq = static_cast<const __nv_bfloat16*>(p.k) + k_start * p.k_row_stride + h * kD;
+  const __nv_bfloat16* v_seq = static_cast<const __nv_bfloat16*>(p.v) + k_start * p.v_row_stride + h * kD;
+
+  // Q tile -> shared; rows past the sequence are zero-filled (computed, never stored).
+#pragma unroll
+  for (int i = tid; i < kBlockM * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = r < rows;
+    CpAsync16(s_q + SwizzledOffset<kSw>(r, c, kBlockM), q_tile + (valid ? r : 0) * p.q_row_stride + c * 8, valid);
+  }
+  auto load_kv = [&](int n_block, int stage) {
+    const int n0 = n_block * kBlockN;
+    unsigned char* sk = s_k + stage * Traits::kKvTileBytes;
+    unsigned char* sv = s_v + stage * Traits::kKvTileBytes;
+#pragma unroll
+    for (int i = tid; i < kBlockN * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      // Keys past the valid length are zero-filled: a garbage V row times a
+      // zero probability would still give NaN if it held Inf/NaN.
+      const bool valid = n0 + r < k_len;
+      const int row = valid ? n0 + r : 0;
+      const int offset = SwizzledOffset<kSw>(r, c, kBlockN);
+      CpAsync16(sk + offset, k_seq + row * p.k_row_stride + c * 8, valid);
+      CpAsync16(sv + offset, v_seq + row * p.v_row_stride + c * 8, valid);
+    }
+  };
+  load_kv(0, 0);
+  CpAsyncCommit();
+
+  // Warpgroups whose rows all lie past the sequence's end only help with copies.
+  const bool wg_active = wg * 64 < rows;
+
+  float acc_o[kPvBlocks][kPvN / 2];  // O, columns kPvN pb .. + kPvN - 1 in acc_o[pb]
+  float acc_l[4] = {0.f, 0.f, 0.f, 0.f};  // row sums by mma.sync against ones
+  float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8, log2 domain
+#pragma unroll
+  for (int pb = 0; pb < kPvBlocks; ++pb) {
+#pragma unroll
+    for (int i = 0; i < kPvN / 2; ++i) acc_o[pb][i] = 0.f;
+  }
+
+  const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
+  for (int n_block = 0; n_block < n_blocks; ++n_block) {
+    const int stage = n_block & 1;
+    if (n_block + 1 < n_blocks) load_kv(n_block + 1, stage ^ 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();  // everything but the tile just issued has landed
+    FenceProxyAsyncShared();
+    __syncthreads();
+
+    if (wg_active) {
+      const uint32_t k_stage = k_address + stage * Traits::kKvTileBytes;
+      const uint32_t v_stage = v_address + stage * Traits::kKvTileBytes;
+
+      // S = Q K^T: [64 x kBlockN] per warpgroup, kKSteps wgmmas of k16.
+      float s[kBlockN / 2];
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        const uint32_t in_row = (kk % kStepsPerBlock) * 32;
+        const uint32_t block = kk / kStepsPerBlock;
+        const uint64_t desc_q = SmemDescriptor<kSw>(
+            q_address + block * kBlockM * kSw + wg * 64 * kSw + in_row, 0, kAtomBytes);
+        const uint64_t desc_k = SmemDescriptor<kSw>(k_stage + block * kBlockN * kSw + in_row, 0, kAtomBytes);
+        WgmmaSS<kBlockN>(s, desc_q, desc_k, kk > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+      FenceRegisters(s);
+
+      // Mask keys past the valid length (only the last tile can have them).
+      const int n0 = n_block * kBlockN;
+      if (n0 + kBlockN > k_len) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (n0 + j * 8 + 2 * quad + (e & 1) >= k_len) s[4 * j + e] = -INFINITY;
+          }
+        }
+      }
+      // Online softmax in the log2 domain: p = 2^(s * scale_log2 - max).
+      // Every tile holds at least one valid key, so the new max is finite.
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j], s[4 * j + 1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      }
+      float neg_max[2];
+      float alpha[2];
+      bool max_changed = false;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float new_max = fmaxf(row_max[r], QuadMax(tile_max[r]) * scale_log2);
+        alpha[r] = FastExp2(row_max[r] - new_max);
+        max_changed |= new_max != row_max[r];
+        row_max[r] = new_max;
+        neg_max[r] = -new_max;
+      }
+      // Rescale only when some row of the warp found a new maximum
+      // (otherwise every alpha is exactly 1).
+      if (__any_sync(0xffffffffu, max_changed)) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          acc_l[2 * r] *= alpha[r];
+          acc_l[2 * r + 1] *= alpha[r];
+#pragma unroll
+          for (int pb = 0; pb < kPvBlocks; ++pb) {
+#pragma unroll
+            for (int j = 0; j < kPvN / 8; ++j) {
+              acc_o[pb][4 * j + 2 * r] *= alpha[r];
+              acc_o[pb][4 * j + 2 * r + 1] *= alpha[r];
+            }
+          }
+        }
+      }
+      // P as bf16x2, already in the A-fragment layout of the next wgmma.
+      uint32_t p_frag[kBlockN / 16][4];
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const float x0 = fmaf(s[4 * j], scale_log2, neg_max[0]);
+        const float x1 = fmaf(s[4 * j + 1], scale_log2, neg_max[0]);
+        const float x2 = fmaf(s[4 * j + 2], scale_log2, neg_max[1]);
+        const float x3 = fmaf(s[4 * j + 3], scale_log2, neg_max[1]);
+        p_frag[j / 2][2 * (j % 2)] = FastExp2Bf16x2(x0, x1);
+        p_frag[j / 2][2 * (j % 2) + 1] = FastExp2Bf16x2(x2, x3);
+      }
+      // Row sums of the bf16 P (the values V sees) by one mma.sync per 16
+      // keys against ones: cheaper than unpacking P for float adds.
+#pragma unroll
+      for (int kc = 0; kc < kBlockN / 16; ++kc) MmaBf16(acc_l, p_frag[kc], kBf16x2One, kBf16x2One);
+
+      // O += P V: V [kBlockN keys x kD] is the MN-major B operand.
+#pragma unroll
+      for (int pb = 0; pb < kPvBlocks; ++pb) FenceRegisters(acc_o[pb]);
+#pragma unroll
+      for (int kc = 0; kc < kBlockN / 16; ++kc) FenceRegisters(p_frag[kc]);
+      WgmmaFence();
+#pragma unroll
+      for (int kc = 0; kc < kBlockN / 16; ++kc) {
+#pragma unroll
+        for (int pb = 0; pb < kPvBlocks; ++pb) {
+          // 16 keys = two 8-row pattern periods; one column block per wgmma,
+          // so the leading byte offset (next column block) is never used.
+          const uint64_t desc_v =
+              SmemDescriptor<kSw>(v_stage + pb * kBlockN * kSw + kc * 2 * kAtomBytes, kAtomBytes, kAtomBytes);
+          WgmmaRS<kPvN>(acc_o[pb], p_frag[kc], desc_v);
+        }
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+#pragma unroll
+      for (int pb = 0; pb < kPvBlocks; ++pb) FenceRegisters(acc_o[pb]);
+    }
+    __syncthreads();  // the stage just read is overwritten by the next iteration's copy
+  }
+
+  // Normalise, stage the warpgroup's rows in its own (no longer read) rows of
+  // s_q in the same swizzled layout (conflict-free 4-byte writes), then store
+  // 16-byte chunks of whole rows.
+  if (wg_active) {
+    const float inv_sum[2] = {1.f / acc_l[0], 1.f / acc_l[2]};
+    const int row0 = wg * 64 + wg_warp * 16 + group;
+#pragma unroll
+    for (int pb = 0; pb < kPvBlocks; ++pb) {
+#pragma unroll
+      for (int j = 0; j < kPvN / 8; ++j) {
+        const int col = pb * kPvN + j * 8 + 2 * quad;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          *reinterpret_cast<uint32_t*>(s_q + SwizzledOffset<kSw>(row0 + 8 * r, col / 8, kBlockM) + (col % 8) * 2) =
+              PackBf16x2(acc_o[pb][4 * j + 2 * r] * inv_sum[r], acc_o[pb][4 * j + 2 * r + 1] * inv_sum[r]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = tid; i < kBlockM * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    if (r < rows) {
+      *reinterpret_cast<uint4*>(o_tile + r * p.o_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(s_q + SwizzledOffset<kSw>(r, c, kBlockM));
+    }
+  }
+#else
+  __trap();  // compiled for sm_90a only (flash_sources.cmake); never launched elsewhere
+#endif
+}
+
+}  // namespace flash
+}  // namespace jagrank
+
+#endif  // JAGRANK_KERNELS_FLASH_FLASH_WGMMA_KERNEL_CUH_
