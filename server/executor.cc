@@ -34,16 +34,20 @@ void Executor::Start() {
     NameThisThread("jr-compute");
     ComputeLoop();
   });
-  completion_thread_ = std::thread([this] {
-    NameThisThread("jr-complete");
-    CompleteLoop();
-  });
+  for (int i = 0; i < kCompletionThreads; ++i) {
+    completion_threads_.emplace_back([this] {
+      NameThisThread("jr-complete");
+      CompleteLoop();
+    });
+  }
 }
 
 void Executor::Join() {
   if (assembly_thread_.joinable()) assembly_thread_.join();
   if (compute_thread_.joinable()) compute_thread_.join();
-  if (completion_thread_.joinable()) completion_thread_.join();
+  for (std::thread& t : completion_threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 std::unique_ptr<Executor::Work> Executor::TakeSpare() {
