@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <future>
 #include <thread>
 #include <utility>
@@ -122,8 +123,15 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   int64_t padded = 0;
   AssembleBatch(pointers, model_->config(), &batch, &padded);
   std::vector<float> scores;
-  for (int i = 0; i < config_.warmup_batches; ++i) {
-    Status s = model_->Forward(batch, &scores);
+  // Through every staging slot the executor uses, so that none of them
+  // allocates its pinned and device buffers under live traffic.
+  const int warmup_batches =
+      config_.warmup_batches > 0 ? std::max(config_.warmup_batches, Model::kStageSlots) : 0;
+  for (int i = 0; i < warmup_batches; ++i) {
+    const int slot = i % Model::kStageSlots;
+    ForwardTimings timings;
+    Status s = model_->Stage(batch, slot);
+    if (s.ok()) s = model_->Run(slot, &scores, &timings);
     if (!s.ok()) return Status(s.code(), "warm-up forward failed: " + s.message());
   }
   metrics_->SetMemory(model_->Memory());
