@@ -9,9 +9,10 @@
 //     comes from a stream-ordered memory pool whose release threshold keeps
 //     its memory (cudaMallocFromPoolAsync / cudaFreeAsync, no cudaMalloc per
 //     batch); attention operands are bf16 with float32 accumulation (flash
-//     kernel, or the padded dense baseline), everything else float32
-//     (cuBLASLt GEMMs, fp32 kernels). One D2H copy of the scores into pinned
-//     memory, one stream synchronisation per batch.
+//     kernel, or the padded dense baseline), GEMMs take TF32 inputs on
+//     tensor cores (cuBLASLt, with cuda_bf16), everything else float32.
+//     One D2H copy of the scores into pinned memory, one stream
+//     synchronisation per batch.
 // Stage(a) and Run(b) share only the device, the weights (read-only) and the
 // copy stream handle: Stage touches slots_[a] and copy_stream_, Run touches
 // slots_[b] and the compute-side members (stream_, pool_, live_,
@@ -84,6 +85,7 @@ class CudaModel final : public Model {
   CudaModel(const ModelConfig& config, const ModelOptions& options, int device, std::string version)
       : config_(config), options_(options), device_(device), version_(std::move(version)) {
     attn_dtype_ = options.cuda_bf16 ? DType::kBFloat16 : DType::kFloat32;
+    tf32_ = options.cuda_bf16;
     table_dtype_ = attn_dtype_;
   }
   ~CudaModel() override;
@@ -133,6 +135,7 @@ class CudaModel final : public Model {
   int device_;
   std::string version_;
   DType attn_dtype_, table_dtype_;
+  bool tf32_ = false;  // GEMMs in TF32 (with cuda_bf16)
   cudaStream_t stream_ = nullptr;       // compute stream (Run)
   cudaStream_t copy_stream_ = nullptr;  // H2D copies of staged batches (Stage)
   cudaMemPool_t pool_ = nullptr;
@@ -334,7 +337,7 @@ Status CudaModel::Linear(const float* x, const float* w, int m, int n, int k, fl
   p.n = n;
   p.k = k;
   p.y = y;
-  return LinearCuda(p, stream_);
+  return LinearCuda(p, stream_, tf32_);
 }
 
 Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out) {
@@ -351,7 +354,7 @@ Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, co
     p.n = layers[i].out;
     p.k = layers[i].in;
     p.y = y;
-    RETURN_IF_ERROR(LinearCuda(p, stream_));
+    RETURN_IF_ERROR(LinearCuda(p, stream_, tf32_));
     in = y;
   }
   *out = y;
