@@ -318,7 +318,8 @@ TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
   std::mt19937_64 rng(14);
   for (int num_sparse : {0, 1, 6}) {
     for (int dim : {8, 64, 100}) {
-      for (int num_requests : {1, 23}) {
+      // 1100 requests: more offsets than the kernel stages in shared memory.
+      for (int num_requests : {1, 23, 1100}) {
         // Candidates per request include 0 (a request with none) and long runs.
         const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, 150));
         const int num_candidates = offsets.back();

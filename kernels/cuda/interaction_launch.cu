@@ -31,13 +31,14 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   if (params.out == nullptr) return Status::InvalidArgument("out: null");
 
   const int n = params.num_sparse + 3;
-  const int64_t smem_bytes = int64_t{4} * n * cuda::InteractionSmemStride(params.dim);
+  const int64_t smem_bytes = cuda::InteractionSmemBytes(n, params.dim, params.num_requests);
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   int max_smem = 0;
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (smem_bytes > max_smem) {
-    return Status::Unimplemented("dot interaction: (num_sparse + 3) * (dim + 1) * 4 = " + std::to_string(smem_bytes) +
+    return Status::Unimplemented("dot interaction: (num_sparse + 3) * (dim + 1) * 4 bytes of vectors (plus staged "
+                                 "offsets) = " + std::to_string(smem_bytes) +
                                  " bytes of shared memory, above the device's " + std::to_string(max_smem));
   }
   if (smem_bytes > 48 * 1024) {
