@@ -22,6 +22,10 @@ and varlen_fa2 as cross-attention.
 "eff TF/s" counts only the real work: 4 sum(Lq Lk) H D. "x<variant>" columns
 are that variant's time over ours (> 1: we are faster).
 
+Table and plot again from a saved run (no GPU, no torch), e.g. with the
+default path's choice per shape taken from the A/B rows of that run:
+  python3 attention_vs_torch.py --from-json r.json --ours-rows self:32=jagrank:mma_sync,target:2048=... --plot t.png
+
 Run on the GPU machine:
   python3 attention_vs_torch.py --lib libjagrank_kernels_c.so [--out r.json] [--plot t.png] [--quick]
       [--kernels mma_sync,wgmma,wgmma_alt]   (extra rows "jagrank:<k>": the library with
@@ -34,8 +38,11 @@ import math
 import os
 import sys
 
-import torch
-import torch.nn.functional as F
+try:  # --from-json needs neither torch nor a GPU
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = F = None
 
 DTYPE_BF16 = 1
 
@@ -412,6 +419,28 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def select_ours(rows, spec):
+    """Rows of one run with "jagrank" replaced, per shape, by the A/B row that
+    `spec` names: comma-separated SELECTOR=VARIANT, SELECTOR = self:D or
+    target:Lmax (every shape of that kind with that D / Lmax). The chosen row
+    keeps its variant name in "measured_as"; the other jagrank rows are
+    dropped. Shapes no selector names keep their own jagrank row."""
+    picks = {}
+    for item in spec.split(","):
+        sel, variant = item.split("=")
+        kind, value = sel.split(":")
+        picks[(kind, int(value))] = variant
+    def pick(r):
+        return picks.get((r["kind"], r["D"] if r["kind"] == "self" else r["Lmax"]), "jagrank")
+    out = []
+    for r in rows:
+        if not r["variant"].startswith("jagrank"):
+            out.append(r)
+        elif r["variant"] == pick(r):
+            out.append(dict(r, variant="jagrank", measured_as=r["variant"]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -420,9 +449,20 @@ def main():
     ap.add_argument("--plot", default=None, help="PNG of time vs N per D")
     ap.add_argument("--quick", action="store_true", help="two self shapes, one target shape")
     ap.add_argument("--skip", default="", help="comma-separated variants not to time (e.g. dense)")
+    ap.add_argument("--from-json", default=None, help="print the table (and --plot) of a saved run instead of running")
+    ap.add_argument("--ours-rows", default=None, help="with --from-json: which A/B row is jagrank per shape "
+                    "(see select_ours)")
     ap.add_argument("--kernels", default="", help="comma-separated JAGRANK_FLASH_KERNEL values to time as extra "
                     "jagrank variants (mma_sync, wgmma, wgmma_alt)")
     a = ap.parse_args()
+    if a.from_json:
+        rows = json.load(open(a.from_json))
+        if a.ours_rows:
+            rows = select_ours(rows, a.ours_rows)
+        if a.plot:
+            plot(rows, a.plot)
+        print_table(rows)
+        return
     lib = load_lib(a.lib)
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False

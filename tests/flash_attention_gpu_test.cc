@@ -403,7 +403,7 @@ class ScopedFlashKernel {
 
 TEST_F(FlashAttentionGpuTest, EveryBf16KernelChoiceMatchesReference) {
   std::mt19937_64 rng(61);
-  for (const char* kernel : {"mma_sync", "wgmma", "wgmma_alt", "auto"}) {
+  for (const char* kernel : {"mma_sync", "wgmma", "wgmma_alt", "wgmma_v0", "auto"}) {
     ScopedFlashKernel scoped(kernel);
     for (int head_dim : {32, 64, 128}) {
       Case c;

@@ -74,14 +74,19 @@ Status ValidateParams(const AttentionParams& params) {
 // dims whose FlashWgmmaConfig says kDefault, mma.sync otherwise; "mma_sync" =
 // always mma.sync; "wgmma" / "wgmma_alt" = the Hopper kernel with
 // FlashWgmmaConfig's Traits / AltTraits for every head dim where it can run.
-enum class Bf16Kernel { kAuto, kMmaSync, kWgmma, kWgmmaAlt };
+// "wgmma_v<i>": FlashWgmmaConfig's Candidates[i] (A/B runs).
+enum class Bf16Kernel { kAuto, kMmaSync, kWgmma, kWgmmaAlt, kWgmmaCandidate };
 
-Bf16Kernel Bf16KernelFromEnvironment() {
+Bf16Kernel Bf16KernelFromEnvironment(int* candidate) {
   const char* value = std::getenv("JAGRANK_FLASH_KERNEL");
   if (value == nullptr) return Bf16Kernel::kAuto;
   if (std::strcmp(value, "mma_sync") == 0) return Bf16Kernel::kMmaSync;
   if (std::strcmp(value, "wgmma") == 0) return Bf16Kernel::kWgmma;
   if (std::strcmp(value, "wgmma_alt") == 0) return Bf16Kernel::kWgmmaAlt;
+  if (std::strncmp(value, "wgmma_v", 7) == 0 && value[7] >= '0' && value[7] <= '9' && value[8] == '\0') {
+    *candidate = value[7] - '0';
+    return Bf16Kernel::kWgmmaCandidate;
+  }
   return Bf16Kernel::kAuto;
 }
 
@@ -108,14 +113,15 @@ bool CurrentDeviceIsSm90() {
 template <int kHeadDim>
 Status LaunchBf16(const AttentionParams& params, cudaStream_t stream) {
 #if JAGRANK_FLASH_WGMMA
-  const Bf16Kernel kernel = Bf16KernelFromEnvironment();
-  const bool wgmma = kernel == Bf16Kernel::kWgmma || kernel == Bf16Kernel::kWgmmaAlt ||
-                     (kernel == Bf16Kernel::kAuto && flash::WgmmaIsDefault<kHeadDim>());
+  int candidate = 0;
+  const Bf16Kernel kernel = Bf16KernelFromEnvironment(&candidate);
+  const bool wgmma = kernel == Bf16Kernel::kAuto ? flash::WgmmaIsDefault<kHeadDim>() : kernel != Bf16Kernel::kMmaSync;
   if (wgmma && CurrentDeviceIsSm90()) {
-    const flash::WgmmaTile tile = kernel == Bf16Kernel::kWgmma      ? flash::WgmmaTile::kMain
-                                  : kernel == Bf16Kernel::kWgmmaAlt ? flash::WgmmaTile::kAlt
-                                                                    : flash::WgmmaTile::kAuto;
-    return flash::LaunchFlashWgmmaBf16<kHeadDim>(params, stream, tile);
+    const flash::WgmmaTile tile = kernel == Bf16Kernel::kWgmma            ? flash::WgmmaTile::kMain
+                                  : kernel == Bf16Kernel::kWgmmaAlt       ? flash::WgmmaTile::kAlt
+                                  : kernel == Bf16Kernel::kWgmmaCandidate ? flash::WgmmaTile::kCandidate
+                                                                          : flash::WgmmaTile::kAuto;
+    return flash::LaunchFlashWgmmaBf16<kHeadDim>(params, stream, tile, candidate);
   }
 #endif
   return flash::LaunchFlashBf16<kHeadDim>(params, stream);

@@ -19,9 +19,11 @@ Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream);
 // architectures include 90 (JAGRANK_FLASH_WGMMA defined); runs on compute
 // capability 9.0 devices only. kAuto: FlashWgmmaConfig's choice of tile by
 // the batch's shape; kMain / kAlt: its Traits / AltTraits for every batch.
-enum class WgmmaTile { kAuto, kMain, kAlt };
+// kCandidate: FlashWgmmaConfig's Candidates[candidate] (A/B runs; out of
+// range: Traits).
+enum class WgmmaTile { kAuto, kMain, kAlt, kCandidate };
 template <int kHeadDim>
-Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, WgmmaTile tile);
+Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, WgmmaTile tile, int candidate);
 // FlashWgmmaConfig<kHeadDim>::kDefault: whether the default path runs wgmma
 // for this head dim where it can.
 template <int kHeadDim>

@@ -87,16 +87,25 @@ struct FlashBf16Config<128> {
 // memory, P kept in registers as the A operand of O += P V, V read as a
 // transposed (MN-major) B operand. Tiles live in shared memory in the
 // swizzled layout the wgmma descriptors name (rows of kSwizzleBytes, 16-byte
-// chunks XOR-permuted by row), filled by cp.async, double-buffered.
-template <int kHeadDim_, int kBlockN_, int kWarpGroups_, int kMinBlocksPerSm_>
+// chunks XOR-permuted by row), filled by cp.async kStages deep.
+template <int kHeadDim_, int kBlockN_, int kWarpGroups_, int kMinBlocksPerSm_, int kStages_ = 2,
+          bool kOverlap_ = false>
 struct FlashWgmmaTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpGroups = kWarpGroups_;
   static constexpr int kThreads = kWarpGroups * 128;
   static constexpr int kBlockM = kWarpGroups * 64;  // wgmma M is 64 per warpgroup
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = 2;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  // K/V tiles in shared memory; kPrefetch of them are loading while one is
+  // computed on (and, with kOverlap, one more is still read by P V).
+  static constexpr int kStages = kStages_;
+  // Intra-warpgroup overlap (as FlashAttention-3): S_j = Q K_j^T and
+  // O += P_(j-1) V_(j-1) are issued together; the softmax of S_j runs while
+  // the tensor cores do P_(j-1) V_(j-1). Costs one more P in registers and
+  // one more stage.
+  static constexpr bool kOverlap = kOverlap_;
+  static constexpr int kPrefetch = kOverlap ? kStages - 2 : kStages - 1;
   // 128-byte swizzle where a row holds 64 columns; D = 32 rows are 64 bytes.
   static constexpr int kSwizzleBytes = kHeadDim * 2 >= 128 ? 128 : kHeadDim * 2;
   static constexpr int kColBlocks = kHeadDim * 2 / kSwizzleBytes;  // column blocks of kSwizzleBytes
@@ -112,40 +121,56 @@ struct FlashWgmmaTraits {
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "wgmma kernel: head_dim 32, 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128 (S = Q K^T)");
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups per CTA");
+  static_assert(kPrefetch >= 1 && kPrefetch <= 3, "1..3 tiles in flight (2..4 stages, one more with kOverlap)");
   static_assert(kSmemBytes <= 227 * 1024, "tiles exceed the H100/H200 shared memory per CTA");
 };
 
 // The wgmma tiles per head dim and whether the default ("auto") path uses
-// them (bench/NOTES.md v7 has the measurements): Traits, and AltTraits for
-// batches whose queries per sequence are at most half the keys (target
-// attention: more, shorter CTAs per long history). JAGRANK_FLASH_KERNEL=wgmma
-// / wgmma_alt force one of them for every batch (A/B runs).
+// them; bench/NOTES.md v7 has the measurements (two H200 calls; "same call"
+// = same inputs, same process, JAGRANK_FLASH_KERNEL switched per call).
+// Traits, and AltTraits for target attention over long histories
+// (PreferAltWgmmaTile). Candidates: further tiles kept for A/B runs only
+// (JAGRANK_FLASH_KERNEL=wgmma_v<i>). kStages > 2 and kOverlap were measured
+// no faster than 2 stages without overlap on every shape (v7b): the kernel
+// is not limited by softmax/MMA serialisation within a warpgroup.
 template <int kHeadDim>
 struct FlashWgmmaConfig;
-// D = 32: softmax-bound; wgmma measured 10-35% slower than the mma.sync
-// kernel (v7, same call), so the default stays mma.sync.
+template <typename... Traits>
+struct FlashWgmmaList {};
+// D = 32: not the default. Softmax-bound; every wgmma tile measured slower
+// than the mma.sync kernel on every D = 32 shape, the best (the candidate:
+// 64-key tiles, 4 CTAs/SM, 4 stages, overlap) by 7-14% (v7b, same call:
+// N = 1024 1.069 vs 1.156 ms, N = 256 0.123 vs 0.139).
 template <>
 struct FlashWgmmaConfig<32> {
   using Traits = FlashWgmmaTraits<32, /*block_n=*/128, /*warp_groups=*/1, /*min_blocks=*/3>;
-  using AltTraits = FlashWgmmaTraits<32, 64, 2, 2>;
+  using AltTraits = Traits;
+  using Candidates = FlashWgmmaList<FlashWgmmaTraits<32, 64, 1, 4, /*stages=*/4, /*overlap=*/true>>;
   static constexpr bool kDefault = false;
 };
-// D = 64: 2 warpgroups share each 64-key K/V tile, 2 CTAs per SM; targets 1
-// warpgroup, 128-key tiles. v7, same call, vs mma.sync: self N = 512 0.539 ->
-// 0.474 ms, N = 4096 1.352 -> 1.220; target Lmax 2048 0.055 -> 0.040, Lmax
-// 4096 0.101 -> 0.071 (AltTraits).
+// D = 64: the default. 2 warpgroups share each 64-key K/V tile, 2 CTAs/SM.
+// v7b, same call vs mma.sync (repeat in the same call in brackets): self
+// N = 512 0.509 -> 0.496 ms (0.511 -> 0.480), N = 4096 fill 0.25 1.398 ->
+// 1.254 (1.376 -> 1.258). Target attention over histories above 1024 keys:
+// AltTraits, 1 warpgroup (64-row tiles: twice the CTAs per long history),
+// 128-key tiles: Lmax 2048 0.059 -> 0.045 ms (0.058 -> 0.042), Lmax 4096
+// 0.103 -> 0.075 (0.103 -> 0.074).
 template <>
 struct FlashWgmmaConfig<64> {
   using Traits = FlashWgmmaTraits<64, /*block_n=*/64, /*warp_groups=*/2, /*min_blocks=*/2>;
-  using AltTraits = FlashWgmmaTraits<64, 128, 1, 2>;
+  using AltTraits = FlashWgmmaTraits<64, /*block_n=*/128, /*warp_groups=*/1, /*min_blocks=*/2>;
+  using Candidates = FlashWgmmaList<FlashWgmmaTraits<64, 64, 1, 3, /*stages=*/4, /*overlap=*/true>>;
   static constexpr bool kDefault = true;
 };
-// D = 128: MMA-bound; the 1-CTA/SM wgmma tile measured 1.482 ms vs
-// mma.sync's 1.349 (v7), so the default stays mma.sync.
+// D = 128: not the default. Every wgmma tile measured 5-14% slower than the
+// mma.sync kernel (v7b, same call: mma.sync 1.372 ms, the best wgmma, this
+// Traits (2 warpgroups x 64 rows, 128-key tiles, 1 CTA/SM), 1.448; repeat
+// 1.385 vs 1.476).
 template <>
 struct FlashWgmmaConfig<128> {
   using Traits = FlashWgmmaTraits<128, /*block_n=*/128, /*warp_groups=*/2, /*min_blocks=*/1>;
-  using AltTraits = FlashWgmmaTraits<128, 64, 1, 2>;
+  using AltTraits = Traits;
+  using Candidates = FlashWgmmaList<FlashWgmmaTraits<128, 128, 2, 1, /*stages=*/3, /*overlap=*/true>>;
   static constexpr bool kDefault = false;
 };
 

@@ -3,7 +3,7 @@
 
 namespace jagrank {
 namespace flash {
-template Status LaunchFlashWgmmaBf16<128>(const AttentionParams&, cudaStream_t, WgmmaTile);
+template Status LaunchFlashWgmmaBf16<128>(const AttentionParams&, cudaStream_t, WgmmaTile, int);
 template bool WgmmaIsDefault<128>();
 }  // namespace flash
 }  // namespace jagrank

@@ -3,7 +3,7 @@
 
 namespace jagrank {
 namespace flash {
-template Status LaunchFlashWgmmaBf16<32>(const AttentionParams&, cudaStream_t, WgmmaTile);
+template Status LaunchFlashWgmmaBf16<32>(const AttentionParams&, cudaStream_t, WgmmaTile, int);
 template bool WgmmaIsDefault<32>();
 }  // namespace flash
 }  // namespace jagrank

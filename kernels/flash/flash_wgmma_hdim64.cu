@@ -3,7 +3,7 @@
 
 namespace jagrank {
 namespace flash {
-template Status LaunchFlashWgmmaBf16<64>(const AttentionParams&, cudaStream_t, WgmmaTile);
+template Status LaunchFlashWgmmaBf16<64>(const AttentionParams&, cudaStream_t, WgmmaTile, int);
 template bool WgmmaIsDefault<64>();
 }  // namespace flash
 }  // namespace jagrank

@@ -167,6 +167,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kKSteps = kD / 16;           // k16 steps of Q K^T
   constexpr int kStepsPerBlock = kSw / 32;   // k16 steps inside one swizzled row
   constexpr uint32_t kAtomBytes = 8 * kSw;   // 8 rows: the swizzle pattern's period
+  constexpr int kStages = Traits::kStages;
+  constexpr int kPrefetch = Traits::kPrefetch;
+  constexpr bool kOverlap = Traits::kOverlap;
 
   const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
   const int bh = blockIdx.x / m_blocks;
@@ -238,8 +241,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       CpAsync16(sv + offset, v_seq + row * p.v_row_stride + c * 8, valid);
     }
   };
-  load_kv(0, 0);
-  CpAsyncCommit();
+  const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
+  // Prologue: tiles 0 .. kPrefetch - 1, one cp.async group each (Q rides
+  // with tile 0); groups are committed even when empty so that the count
+  // per iteration stays fixed.
+#pragma unroll
+  for (int t = 0; t < kPrefetch; ++t) {
+    if (t < n_blocks) load_kv(t, t);
+    CpAsyncCommit();
+  }
 
   // Warpgroups whose rows all lie past the sequence's end only help with copies.
   const bool wg_active = wg * 64 < rows;
@@ -252,122 +262,241 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < kPvN / 2; ++i) acc_o[pb][i] = 0.f;
   }
+  // P as bf16x2 in the A-fragment layout of the P V wgmma; with kOverlap,
+  // p_prev is the previous tile's, whose P V is issued with the next S.
+  uint32_t p_frag[kBlockN / 16][4];
+  uint32_t p_prev[kOverlap ? kBlockN / 16 : 1][4];
 
-  const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
-  for (int n_block = 0; n_block < n_blocks; ++n_block) {
-    const int stage = n_block & 1;
-    if (n_block + 1 < n_blocks) load_kv(n_block + 1, stage ^ 1);
-    CpAsyncCommit();
-    CpAsyncWait<1>();  // everything but the tile just issued has landed
+  // O += P V for the tile in `stage`: V [kBlockN keys x kD] is the MN-major
+  // B operand, one wgmma per 16 keys and column block (the leading byte
+  // offset, the next column block, is then never used).
+  struct PvDescriptors {
+    uint64_t v[kBlockN / 16][kPvBlocks];
+  };
+  auto pv_descriptors = [&](int stage) {
+    PvDescriptors d;
+    const uint32_t v_stage = v_address + stage * Traits::kKvTileBytes;
+#pragma unroll
+    for (int kc = 0; kc < kBlockN / 16; ++kc) {
+#pragma unroll
+      for (int pb = 0; pb < kPvBlocks; ++pb) {
+        d.v[kc][pb] =
+            SmemDescriptor<kSw>(v_stage + pb * kBlockN * kSw + kc * 2 * kAtomBytes, kAtomBytes, kAtomBytes);
+      }
+    }
+    return d;
+  };
+  auto issue_pv = [&](uint32_t (&p)[kBlockN / 16][4], const PvDescriptors& d) {
+#pragma unroll
+    for (int kc = 0; kc < kBlockN / 16; ++kc) {
+#pragma unroll
+      for (int pb = 0; pb < kPvBlocks; ++pb) WgmmaRS<kPvN>(acc_o[pb], p[kc], d.v[kc][pb]);
+    }
+  };
+
+  // Waits for tile n_block, publishes it to every warp, and starts the copy
+  // kPrefetch tiles ahead into the stage no warpgroup reads any more (tile
+  // n_block - 1's, or with kOverlap tile n_block - 2's: its P V was waited
+  // for before this barrier).
+  auto next_tile = [&](int n_block) {
+    CpAsyncWait<kPrefetch - 1>();  // this thread's copies of tile n_block have landed
     FenceProxyAsyncShared();
     __syncthreads();
-
-    if (wg_active) {
-      const uint32_t k_stage = k_address + stage * Traits::kKvTileBytes;
-      const uint32_t v_stage = v_address + stage * Traits::kKvTileBytes;
-
-      // S = Q K^T: [64 x kBlockN] per warpgroup, kKSteps wgmmas of k16.
-      float s[kBlockN / 2];
-      WgmmaFence();
+    if (n_block + kPrefetch < n_blocks) load_kv(n_block + kPrefetch, (n_block + kPrefetch) % kStages);
+    CpAsyncCommit();
+  };
+  // S = Q K^T: [64 x kBlockN] per warpgroup, kKSteps wgmmas of k16. The
+  // descriptors are made before the wgmma.fence: ptxas serialises wgmmas
+  // whose input registers are defined inside their pipeline stage.
+  struct SDescriptors {
+    uint64_t q[kKSteps], k[kKSteps];
+  };
+  auto s_descriptors = [&](int stage) {
+    SDescriptors d;
+    const uint32_t k_stage = k_address + stage * Traits::kKvTileBytes;
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        const uint32_t in_row = (kk % kStepsPerBlock) * 32;
-        const uint32_t block = kk / kStepsPerBlock;
-        const uint64_t desc_q = SmemDescriptor<kSw>(
-            q_address + block * kBlockM * kSw + wg * 64 * kSw + in_row, 0, kAtomBytes);
-        const uint64_t desc_k = SmemDescriptor<kSw>(k_stage + block * kBlockN * kSw + in_row, 0, kAtomBytes);
-        WgmmaSS<kBlockN>(s, desc_q, desc_k, kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      const uint32_t in_row = (kk % kStepsPerBlock) * 32;
+      const uint32_t block = kk / kStepsPerBlock;
+      d.q[kk] = SmemDescriptor<kSw>(q_address + block * kBlockM * kSw + wg * 64 * kSw + in_row, 0, kAtomBytes);
+      d.k[kk] = SmemDescriptor<kSw>(k_stage + block * kBlockN * kSw + in_row, 0, kAtomBytes);
+    }
+    return d;
+  };
+  auto issue_s = [&](float (&s)[kBlockN / 2], const SDescriptors& d) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) WgmmaSS<kBlockN>(s, d.q[kk], d.k[kk], kk > 0 ? 1 : 0);
+  };
+  // Online softmax of tile n_block in the log2 domain, p = 2^(s * scale_log2
+  // - max), into p_frag; row sums into acc_l. Returns whether O must be
+  // multiplied by alpha (false when no row of the warp found a new maximum:
+  // every alpha is exactly 1 then).
+  auto softmax = [&](float (&s)[kBlockN / 2], int n_block, float (&alpha)[2], uint32_t (&p)[kBlockN / 16][4]) {
+    // Mask keys past the valid length (only the last tile can have them).
+    const int n0 = n_block * kBlockN;
+    if (n0 + kBlockN > k_len) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (n0 + j * 8 + 2 * quad + (e & 1) >= k_len) s[4 * j + e] = -INFINITY;
+        }
       }
+    }
+    // Every tile holds at least one valid key, so the new max is finite.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j], s[4 * j + 1]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    float neg_max[2];
+    bool max_changed = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float new_max = fmaxf(row_max[r], QuadMax(tile_max[r]) * scale_log2);
+      alpha[r] = FastExp2(row_max[r] - new_max);
+      max_changed |= new_max != row_max[r];
+      row_max[r] = new_max;
+      neg_max[r] = -new_max;
+    }
+    const bool rescale = __any_sync(0xffffffffu, max_changed);
+    if (rescale) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        acc_l[2 * r] *= alpha[r];
+        acc_l[2 * r + 1] *= alpha[r];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      const float x0 = fmaf(s[4 * j], scale_log2, neg_max[0]);
+      const float x1 = fmaf(s[4 * j + 1], scale_log2, neg_max[0]);
+      const float x2 = fmaf(s[4 * j + 2], scale_log2, neg_max[1]);
+      const float x3 = fmaf(s[4 * j + 3], scale_log2, neg_max[1]);
+      p[j / 2][2 * (j % 2)] = FastExp2Bf16x2(x0, x1);
+      p[j / 2][2 * (j % 2) + 1] = FastExp2Bf16x2(x2, x3);
+    }
+    // Row sums of the bf16 P (the values V sees) by one mma.sync per 16
+    // keys against ones: cheaper than unpacking P for float adds.
+#pragma unroll
+    for (int kc = 0; kc < kBlockN / 16; ++kc) MmaBf16(acc_l, p[kc], kBf16x2One, kBf16x2One);
+    return rescale;
+  };
+  auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int pb = 0; pb < kPvBlocks; ++pb) {
+#pragma unroll
+        for (int j = 0; j < kPvN / 8; ++j) {
+          acc_o[pb][4 * j + 2 * r] *= alpha[r];
+          acc_o[pb][4 * j + 2 * r + 1] *= alpha[r];
+        }
+      }
+    }
+  };
+  auto fence_o = [&]() {
+#pragma unroll
+    for (int pb = 0; pb < kPvBlocks; ++pb) FenceRegisters(acc_o[pb]);
+  };
+  auto fence_p = [&](uint32_t (&p)[kBlockN / 16][4]) {
+#pragma unroll
+    for (int kc = 0; kc < kBlockN / 16; ++kc) FenceRegisters(p[kc]);
+  };
+
+  if constexpr (!kOverlap) {
+    for (int n_block = 0; n_block < n_blocks; ++n_block) {
+      const int stage = n_block % kStages;
+      next_tile(n_block);
+      if (wg_active) {
+        float s[kBlockN / 2];
+        const SDescriptors s_desc = s_descriptors(stage);
+        WgmmaFence();
+        issue_s(s, s_desc);
+        WgmmaCommit();
+        WgmmaWait<0>();
+        FenceRegisters(s);
+        float alpha[2];
+        if (softmax(s, n_block, alpha, p_frag)) rescale_o(alpha);
+        const PvDescriptors pv_desc = pv_descriptors(stage);
+        fence_o();
+        fence_p(p_frag);
+        WgmmaFence();
+        issue_pv(p_frag, pv_desc);
+        WgmmaCommit();
+        WgmmaWait<0>();
+        fence_o();
+      }
+    }
+  } else {
+    // Two P buffers used in turn (the loop is unrolled by two), so that the
+    // softmax never writes the registers the running P V reads: with one
+    // buffer and a copy, the register allocator merges them and ptxas
+    // serialises the wgmmas (C7513).
+    uint32_t (&p_even)[kBlockN / 16][4] = p_frag;
+    uint32_t (&p_odd)[kBlockN / 16][4] = p_prev;
+    // Tile 0: S and its softmax only (O is still zero: nothing to rescale).
+    next_tile(0);
+    if (wg_active) {
+      float s[kBlockN / 2];
+      const SDescriptors s_desc = s_descriptors(0);
+      WgmmaFence();
+      issue_s(s, s_desc);
       WgmmaCommit();
       WgmmaWait<0>();
       FenceRegisters(s);
-
-      // Mask keys past the valid length (only the last tile can have them).
-      const int n0 = n_block * kBlockN;
-      if (n0 + kBlockN > k_len) {
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (n0 + j * 8 + 2 * quad + (e & 1) >= k_len) s[4 * j + e] = -INFINITY;
-          }
-        }
-      }
-      // Online softmax in the log2 domain: p = 2^(s * scale_log2 - max).
-      // Every tile holds at least one valid key, so the new max is finite.
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * j], s[4 * j + 1]));
-        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-      }
-      float neg_max[2];
       float alpha[2];
-      bool max_changed = false;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float new_max = fmaxf(row_max[r], QuadMax(tile_max[r]) * scale_log2);
-        alpha[r] = FastExp2(row_max[r] - new_max);
-        max_changed |= new_max != row_max[r];
-        row_max[r] = new_max;
-        neg_max[r] = -new_max;
+      softmax(s, 0, alpha, p_even);
+    }
+    // Tile n_block: its S and tile n_block - 1's P V together, then its
+    // softmax while that P V runs.
+    auto overlapped_tile = [&](int n_block, uint32_t (&p_last)[kBlockN / 16][4],
+                               uint32_t (&p_next)[kBlockN / 16][4]) {
+      next_tile(n_block);
+      if (wg_active) {
+        float s[kBlockN / 2];
+        const SDescriptors s_desc = s_descriptors(n_block % kStages);
+        const PvDescriptors pv_desc = pv_descriptors((n_block - 1) % kStages);
+        fence_o();
+        fence_p(p_last);
+        WgmmaFence();
+        issue_s(s, s_desc);
+        WgmmaCommit();
+        issue_pv(p_last, pv_desc);
+        WgmmaCommit();
+        WgmmaWait<1>();  // S is done; the previous tile's P V may still run
+        FenceRegisters(s);
+        float alpha[2];
+        const bool rescale = softmax(s, n_block, alpha, p_next);
+        WgmmaWait<0>();  // the previous tile's P V is done: O may be rescaled
+        fence_o();
+        fence_p(p_last);
+        if (rescale) rescale_o(alpha);
       }
-      // Rescale only when some row of the warp found a new maximum
-      // (otherwise every alpha is exactly 1).
-      if (__any_sync(0xffffffffu, max_changed)) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          acc_l[2 * r] *= alpha[r];
-          acc_l[2 * r + 1] *= alpha[r];
-#pragma unroll
-          for (int pb = 0; pb < kPvBlocks; ++pb) {
-#pragma unroll
-            for (int j = 0; j < kPvN / 8; ++j) {
-              acc_o[pb][4 * j + 2 * r] *= alpha[r];
-              acc_o[pb][4 * j + 2 * r + 1] *= alpha[r];
-            }
-          }
-        }
-      }
-      // P as bf16x2, already in the A-fragment layout of the next wgmma.
-      uint32_t p_frag[kBlockN / 16][4];
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const float x0 = fmaf(s[4 * j], scale_log2, neg_max[0]);
-        const float x1 = fmaf(s[4 * j + 1], scale_log2, neg_max[0]);
-        const float x2 = fmaf(s[4 * j + 2], scale_log2, neg_max[1]);
-        const float x3 = fmaf(s[4 * j + 3], scale_log2, neg_max[1]);
-        p_frag[j / 2][2 * (j % 2)] = FastExp2Bf16x2(x0, x1);
-        p_frag[j / 2][2 * (j % 2) + 1] = FastExp2Bf16x2(x2, x3);
-      }
-      // Row sums of the bf16 P (the values V sees) by one mma.sync per 16
-      // keys against ones: cheaper than unpacking P for float adds.
-#pragma unroll
-      for (int kc = 0; kc < kBlockN / 16; ++kc) MmaBf16(acc_l, p_frag[kc], kBf16x2One, kBf16x2One);
-
-      // O += P V: V [kBlockN keys x kD] is the MN-major B operand.
-#pragma unroll
-      for (int pb = 0; pb < kPvBlocks; ++pb) FenceRegisters(acc_o[pb]);
-#pragma unroll
-      for (int kc = 0; kc < kBlockN / 16; ++kc) FenceRegisters(p_frag[kc]);
+    };
+    for (int n_block = 1; n_block < n_blocks; n_block += 2) {
+      overlapped_tile(n_block, p_even, p_odd);
+      if (n_block + 1 < n_blocks) overlapped_tile(n_block + 1, p_odd, p_even);
+    }
+    // The last tile's P V.
+    auto last_pv = [&](uint32_t (&p_last)[kBlockN / 16][4]) {
+      const PvDescriptors pv_desc = pv_descriptors((n_blocks - 1) % kStages);
+      fence_o();
+      fence_p(p_last);
       WgmmaFence();
-#pragma unroll
-      for (int kc = 0; kc < kBlockN / 16; ++kc) {
-#pragma unroll
-        for (int pb = 0; pb < kPvBlocks; ++pb) {
-          // 16 keys = two 8-row pattern periods; one column block per wgmma,
-          // so the leading byte offset (next column block) is never used.
-          const uint64_t desc_v =
-              SmemDescriptor<kSw>(v_stage + pb * kBlockN * kSw + kc * 2 * kAtomBytes, kAtomBytes, kAtomBytes);
-          WgmmaRS<kPvN>(acc_o[pb], p_frag[kc], desc_v);
-        }
-      }
+      issue_pv(p_last, pv_desc);
       WgmmaCommit();
       WgmmaWait<0>();
-#pragma unroll
-      for (int pb = 0; pb < kPvBlocks; ++pb) FenceRegisters(acc_o[pb]);
+      fence_o();
+    };
+    if (wg_active) {
+      if ((n_blocks - 1) % 2 == 0) {
+        last_pv(p_even);
+      } else {
+        last_pv(p_odd);
+      }
     }
-    __syncthreads();  // the stage just read is overwritten by the next iteration's copy
   }
 
   // Normalise, stage the warpgroup's rows in its own (no longer read) rows of

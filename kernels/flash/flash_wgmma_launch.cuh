@@ -31,17 +31,34 @@ Status LaunchFlashWgmmaWithTraits(const AttentionParams& params, cudaStream_t st
   return LaunchFlashWgmmaKernel<Traits>(params, stream, nullptr);
 }
 
-// AltTraits (64-row tiles at D = 64) where each sequence has at most half as
-// many queries as keys: target attention over long histories, where the
-// longest histories' few query tiles otherwise form the launch's tail (v7:
-// Lmax 4096 0.096 -> 0.071 ms, same call; self-attention keeps Traits).
+// AltTraits for target attention over long histories: more than 1024 keys
+// and at most half as many queries per sequence. There the longest
+// histories' few query tiles form the launch's tail, and AltTraits' 64-row
+// tiles give them twice the CTAs (v7b, D = 64, same call: Lmax 2048 0.054 ->
+// 0.045 ms, Lmax 4096 0.094 -> 0.075). At Lmax 1024 Traits measured faster
+// or within the spread (C 64-512: 0.031 vs 0.036 ms; C 16-128: 0.041 vs
+// 0.042, repeat 0.040 vs 0.037); self-attention keeps Traits.
 inline bool PreferAltWgmmaTile(const AttentionParams& params) {
-  return static_cast<int64_t>(params.max_q_len) * 2 <= params.max_k_len;
+  return params.max_k_len > 1024 && static_cast<int64_t>(params.max_q_len) * 2 <= params.max_k_len;
+}
+
+template <typename Fallback, typename First, typename... Rest>
+Status LaunchWgmmaCandidate(FlashWgmmaList<First, Rest...>, int index, const AttentionParams& params,
+                            cudaStream_t stream) {
+  if (index == 0) return LaunchFlashWgmmaWithTraits<First>(params, stream);
+  if constexpr (sizeof...(Rest) > 0) {
+    return LaunchWgmmaCandidate<Fallback>(FlashWgmmaList<Rest...>{}, index - 1, params, stream);
+  } else {
+    return LaunchFlashWgmmaWithTraits<Fallback>(params, stream);
+  }
 }
 
 template <int kHeadDim>
-Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, WgmmaTile tile) {
+Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, WgmmaTile tile, int candidate) {
   using Config = FlashWgmmaConfig<kHeadDim>;
+  if (tile == WgmmaTile::kCandidate) {
+    return LaunchWgmmaCandidate<typename Config::Traits>(typename Config::Candidates{}, candidate, params, stream);
+  }
   const bool alt = tile == WgmmaTile::kAlt || (tile == WgmmaTile::kAuto && PreferAltWgmmaTile(params));
   if (alt) return LaunchFlashWgmmaWithTraits<typename Config::AltTraits>(params, stream);
   return LaunchFlashWgmmaWithTraits<typename Config::Traits>(params, stream);
