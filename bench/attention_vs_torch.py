@@ -422,16 +422,21 @@ def plot(rows, path):
 def select_ours(rows, spec):
     """Rows of one run with "jagrank" replaced, per shape, by the A/B row that
     `spec` names: comma-separated SELECTOR=VARIANT, SELECTOR = self:D or
-    target:Lmax (every shape of that kind with that D / Lmax). The chosen row
+    target:Lmax (every shape of that kind with that D / Lmax), or
+    target:Lmax:Cmin-Cmax (that one shape; takes precedence). The chosen row
     keeps its variant name in "measured_as"; the other jagrank rows are
     dropped. Shapes no selector names keep their own jagrank row."""
     picks = {}
     for item in spec.split(","):
         sel, variant = item.split("=")
-        kind, value = sel.split(":")
-        picks[(kind, int(value))] = variant
+        parts = sel.split(":")
+        picks[(parts[0], int(parts[1]), parts[2] if len(parts) > 2 else None)] = variant
+
     def pick(r):
-        return picks.get((r["kind"], r["D"] if r["kind"] == "self" else r["Lmax"]), "jagrank")
+        value = r["D"] if r["kind"] == "self" else r["Lmax"]
+        exact = picks.get((r["kind"], value, r.get("C")))
+        return exact or picks.get((r["kind"], value, None), "jagrank")
+
     out = []
     for r in rows:
         if not r["variant"].startswith("jagrank"):

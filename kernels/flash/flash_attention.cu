@@ -70,10 +70,11 @@ Status ValidateParams(const AttentionParams& params) {
 #if JAGRANK_FLASH_WGMMA
 // Which bf16 kernel runs, from JAGRANK_FLASH_KERNEL (read per call, so that
 // tests and benchmarks can switch within one process): unset or "auto" =
-// on compute capability 9.0 devices of an sm_90a build, wgmma for the head
-// dims whose FlashWgmmaConfig says kDefault, mma.sync otherwise; "mma_sync" =
-// always mma.sync; "wgmma" / "wgmma_alt" = the Hopper kernel with
-// FlashWgmmaConfig's Traits / AltTraits for every head dim where it can run.
+// on compute capability 9.0 devices of an sm_90a build, wgmma where
+// flash::WgmmaIsDefault says so (head dim, queries per sequence), mma.sync
+// otherwise; "mma_sync" = always mma.sync; "wgmma" / "wgmma_alt" = the Hopper
+// kernel with FlashWgmmaConfig's Traits / AltTraits for every head dim where
+// it can run.
 // "wgmma_v<i>": FlashWgmmaConfig's Candidates[i] (A/B runs).
 enum class Bf16Kernel { kAuto, kMmaSync, kWgmma, kWgmmaAlt, kWgmmaCandidate };
 
@@ -115,7 +116,8 @@ Status LaunchBf16(const AttentionParams& params, cudaStream_t stream) {
 #if JAGRANK_FLASH_WGMMA
   int candidate = 0;
   const Bf16Kernel kernel = Bf16KernelFromEnvironment(&candidate);
-  const bool wgmma = kernel == Bf16Kernel::kAuto ? flash::WgmmaIsDefault<kHeadDim>() : kernel != Bf16Kernel::kMmaSync;
+  const bool wgmma =
+      kernel == Bf16Kernel::kAuto ? flash::WgmmaIsDefault<kHeadDim>(params) : kernel != Bf16Kernel::kMmaSync;
   if (wgmma && CurrentDeviceIsSm90()) {
     const flash::WgmmaTile tile = kernel == Bf16Kernel::kWgmma            ? flash::WgmmaTile::kMain
                                   : kernel == Bf16Kernel::kWgmmaAlt       ? flash::WgmmaTile::kAlt

@@ -24,10 +24,11 @@ Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream);
 enum class WgmmaTile { kAuto, kMain, kAlt, kCandidate };
 template <int kHeadDim>
 Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, WgmmaTile tile, int candidate);
-// FlashWgmmaConfig<kHeadDim>::kDefault: whether the default path runs wgmma
-// for this head dim where it can.
+// Whether the default path runs wgmma for this batch where it can:
+// FlashWgmmaConfig<kHeadDim>::kDefault, and more than kWgmmaMinQueries
+// queries in the longest sequence.
 template <int kHeadDim>
-bool WgmmaIsDefault();
+bool WgmmaIsDefault(const AttentionParams& params);
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream);
 

@@ -4,6 +4,6 @@
 namespace jagrank {
 namespace flash {
 template Status LaunchFlashWgmmaBf16<128>(const AttentionParams&, cudaStream_t, WgmmaTile, int);
-template bool WgmmaIsDefault<128>();
+template bool WgmmaIsDefault<128>(const AttentionParams&);
 }  // namespace flash
 }  // namespace jagrank

@@ -4,6 +4,6 @@
 namespace jagrank {
 namespace flash {
 template Status LaunchFlashWgmmaBf16<64>(const AttentionParams&, cudaStream_t, WgmmaTile, int);
-template bool WgmmaIsDefault<64>();
+template bool WgmmaIsDefault<64>(const AttentionParams&);
 }  // namespace flash
 }  // namespace jagrank

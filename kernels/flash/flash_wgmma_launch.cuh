@@ -64,9 +64,16 @@ Status LaunchFlashWgmmaBf16(const AttentionParams& params, cudaStream_t stream, 
   return LaunchFlashWgmmaWithTraits<typename Config::Traits>(params, stream);
 }
 
+// At most this many queries per sequence: the mma.sync kernel's 64-row tiles
+// (4 warps x 16 rows at D = 64) pad less than the wgmma tiles' 128 rows. D = 64
+// target attention 1024 x 16-128 candidates (mean 72): mma.sync 0.033 ms vs
+// wgmma 0.035 (v7a), 0.033 vs 0.041 and 0.040 vs 0.040 (v7b, full run and
+// repeat); never slower.
+constexpr int kWgmmaMinQueries = 128;
+
 template <int kHeadDim>
-bool WgmmaIsDefault() {
-  return FlashWgmmaConfig<kHeadDim>::kDefault;
+bool WgmmaIsDefault(const AttentionParams& params) {
+  return FlashWgmmaConfig<kHeadDim>::kDefault && params.max_q_len > kWgmmaMinQueries;
 }
 
 }  // namespace flash
