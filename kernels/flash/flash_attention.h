@@ -6,7 +6,10 @@
 //   ... fill device pointers, strides, offsets, sizes ...
 //   RETURN_IF_ERROR(JaggedAttentionCuda(params, stream));
 //
-// Supported: dtype kBFloat16 (tensor cores, float32 accumulation) and
+// Supported: dtype kBFloat16 (tensor cores, float32 accumulation: mma.sync,
+// or wgmma on compute capability 9.0 where it measured faster; the
+// environment variable JAGRANK_FLASH_KERNEL=mma_sync|wgmma|wgmma_alt|
+// wgmma_v<i> forces one, read per call, for A/B runs) and
 // kFloat32 (CUDA cores, float32 throughout); head_dim in
 // kFlashSupportedHeadDims; any num_heads; softmax_scale >= 0. bf16 operands
 // need 16-byte aligned rows: base pointers 16-byte aligned and row strides a
