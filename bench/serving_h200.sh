@@ -13,8 +13,9 @@
 # "h4096" = the same model with max_history_len 4096 (median 300).
 # Each strategy (jagged, padded_flash, padded_dense) gets a closed-loop
 # concurrency ramp and an open-loop Poisson sweep at fractions of its
-# closed-loop peak. Total runtime about 6 minutes. Overrides (environment):
-# DURATION_S, WARMUP_S, STRATEGIES, DEVICE.
+# closed-loop peak (the sweep at h1024 only). Total runtime about 6 minutes. Overrides (environment):
+# DURATION_S, WARMUP_S, STRATEGIES, DEVICE, MODEL_BENCH (0 skips the
+# in-process runs), MODEL_BENCH_S, CHANNEL_SWEEP (0 skips the diagnostics).
 set -uo pipefail
 
 BUNDLE=${1:?usage: serving_h200.sh BUNDLE_DIR}
@@ -197,9 +198,9 @@ YAML
 # at the serving runs' mean batch size and a bigger one: the executor's ceiling.
 if [[ -x "$BIN/jagrank-bench-model" && "${MODEL_BENCH:-1}" == 1 ]]; then
   for r in 38 128; do
-    "$BIN/jagrank-bench-model" --device "$DEVICE" --requests-per-batch "$r" --duration-s 3 \
+    "$BIN/jagrank-bench-model" --device "$DEVICE" --requests-per-batch "$r" --duration-s "${MODEL_BENCH_S:-3}" \
       --history-median 100 --history-sigma 1.0 --json-out "$OUT/model_h1024_r$r.json" >"$OUT/model_h1024_r$r.txt" 2>&1
-    "$BIN/jagrank-bench-model" --device "$DEVICE" --requests-per-batch "$r" --duration-s 3 \
+    "$BIN/jagrank-bench-model" --device "$DEVICE" --requests-per-batch "$r" --duration-s "${MODEL_BENCH_S:-3}" \
       --model-config "$OUT/model_h4096.yaml" --history-median 300 --history-sigma 1.1 \
       --json-out "$OUT/model_h4096_r$r.json" >"$OUT/model_h4096_r$r.txt" 2>&1
     log "in-process r=$r: $(tail -n +2 "$OUT/model_h1024_r$r.txt" | awk '{printf "%s %s/s  ", $1, $4}')"
@@ -218,11 +219,21 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
       run_point "diag_h1024_jagged_c256_ch$ch" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
         --candidates-max 500 --concurrency 256 --channels "$ch"
     done
+    # Is one loadgen process the bound? Two at c128 each, side by side.
+    local_pids=()
+    for p in a b; do
+      "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "diag_h1024_jagged_2proc_c128_$p" \
+        "${LOADGEN_FLAGS[@]}" --seed "$([[ $p == a ]] && echo 1 || echo 2)" --history-median 100 --history-sigma 1.0 \
+        --candidates-min 50 --candidates-max 500 --concurrency 128 \
+        --json-out "$OUT/diag_h1024_jagged_2proc_c128_$p.json" >/dev/null 2>&1 &
+      local_pids+=($!)
+    done
+    wait "${local_pids[@]}"
     stop_server
   fi
 fi
 
-bench_workload h4096 "16 64 128" "" --model-config "$OUT/model_h4096.yaml" -- \
+bench_workload h4096 "16 64 128 256" "" --model-config "$OUT/model_h4096.yaml" -- \
   --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
 
 # Summary: per workload and strategy, the best load with p99 <= 20 ms, its
