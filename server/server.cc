@@ -98,6 +98,9 @@ Status JagrankServer::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
+  // same port and silently take a share of the connections: refuse instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));

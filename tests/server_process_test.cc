@@ -133,6 +133,34 @@ class ServerProcessTest : public ::testing::Test {
   std::unique_ptr<v1::Ranker::Stub> stub_;
 };
 
+// A second server on a port that one already serves must fail to start
+// (exit code != 0, the address in the error) rather than share the port.
+TEST_F(ServerProcessTest, SecondServerOnTheSamePortFailsToStart) {
+  StartServer({});
+  const std::string log = dir_ + "/second.log";
+  const pid_t second = Spawn({JAGRANK_SERVER_BINARY, "--grpc-address", address_, "--metrics-address", "", "--device",
+                              "cpu", "--model-config", dir_ + "/model.yaml", "--cpu-threads", "1"},
+                             log);
+  ASSERT_GT(second, 0);
+  int status = 0;
+  const bool exited = WaitExit(second, 30s, &status);
+  if (!exited) {
+    kill(second, SIGKILL);
+    WaitExit(second, 5s, &status);
+  }
+  ASSERT_TRUE(exited) << "second server still running on " << address_ << "; log:\n" << ReadFile(log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("cannot listen"), std::string::npos) << text;
+  EXPECT_NE(text.find(address_), std::string::npos) << text;
+  // The first server is unharmed.
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::GetModelInfoRequest request;
+  v1::ModelInfo info;
+  EXPECT_TRUE(stub_->GetModelInfo(&context, request, &info).ok());
+}
+
 // Closed-loop load from 16 callers; SIGTERM in the middle. Every call must
 // end OK (accepted, computed) or UNAVAILABLE (refused at the door); some
 // accepted calls finish after the signal; the server exits 0.
