@@ -292,13 +292,10 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
         c1 = json.load(open(os.path.join(out, label + ".cpu-after")))
         wall = float(open(os.path.join(out, label + ".wall_s")).read()) or (r["duration_s"] + r["warmup_s"])
         per_thread = {k: (c1[k] - c0.get(k, 0.0)) / wall for k in c1}
-        per = {}
+        per, counts = {}, {}
         for k, v in per_thread.items():
             name = k.rsplit("/", 1)[0]
             per[name] = per.get(name, 0.0) + v
-        counts = {}
-        for k in per_thread:
-            name = k.rsplit("/", 1)[0]
             counts[name] = counts.get(name, 0) + 1
         r["server_cpu_cores_by_thread"] = {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0.005}
         r["server_threads_by_name"] = counts

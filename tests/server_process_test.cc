@@ -17,6 +17,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "model/config.h"
+#include "process_util.h"
 #include "server_test_helpers.h"
 
 extern char** environ;
@@ -28,13 +29,8 @@ using namespace std::chrono_literals;
 using server_test::MakeRequest;
 using server_test::PendingCall;
 using server_test::SendRank;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadFile;
+using testing::RunCommand;
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
   posix_spawn_file_actions_t actions;
@@ -58,18 +54,6 @@ bool WaitExit(pid_t pid, std::chrono::milliseconds timeout, int* status) {
     std::this_thread::sleep_for(10ms);
   }
   return false;
-}
-
-// Runs a command, returns its exit code and stdout.
-int RunCommand(const std::string& command, std::string* out) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  out->clear();
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out->append(buffer, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 class ServerProcessTest : public ::testing::Test {
