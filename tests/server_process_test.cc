@@ -262,6 +262,24 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_GT(result["client_cpu_cores"].get<double>(), 0.0) << result.dump();
   EXPECT_LT(result["client_cpu_cores"].get<double>(), 64.0) << result.dump();
   EXPECT_GE(result["responses_checked_every"].get<int64_t>(), 1);
+
+  // Open loop: 4 pacers of 50 calls/s each make a Poisson stream of 200/s;
+  // every call sent in the window is answered (OK) and counted once.
+  const std::string open_json = dir_ + "/loadgen_open.json";
+  ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
+                           " --rate 200 --client-threads 4 --duration-s 2 --warmup-s 0.2 --candidates-min 5"
+                           " --candidates-max 20 --history-median 8 --pool 64 --json-out " + open_json + " 2>/dev/null",
+                       &out),
+            0);
+  const nlohmann::json open = nlohmann::json::parse(ReadFile(open_json));
+  EXPECT_EQ(open["mode"], "open") << open.dump();
+  const double sent = open["sent_per_s"].get<double>();
+  EXPECT_GT(sent, 140) << open.dump();  // Poisson: 400 expected in 2 s, sd 20
+  EXPECT_LT(sent, 260) << open.dump();
+  EXPECT_EQ(open["requests_error"].get<int64_t>(), 0) << open.dump();
+  EXPECT_DOUBLE_EQ(open["qps"].get<double>(), sent) << open.dump();
+  EXPECT_GE(open["pacer_late_fraction"].get<double>(), 0.0) << open.dump();
+  EXPECT_LE(open["pacer_late_fraction"].get<double>(), 1.0) << open.dump();
   // Close this process's idle connection first: with no call to poll it, the
   // client would notice the server's GOAWAY only at its backup poll (5 s).
   stub_.reset();
