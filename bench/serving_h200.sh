@@ -17,7 +17,8 @@
 # DURATION_S, WARMUP_S, STRATEGIES, DEVICE, MODEL_BENCH (0 skips the
 # in-process runs), MODEL_BENCH_S, CHANNEL_SWEEP (0 skips the diagnostics),
 # H1024_CONCURRENCY, H4096_CONCURRENCY (the ramps), and the batching
-# policies: H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# policies: WORKLOADS (default "h1024 h4096"), OPEN_FRACTIONS (of the
+# closed-loop peak, default "0.5 0.8 0.95"), H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICY. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
@@ -218,8 +219,11 @@ if [[ -x "$BIN/jagrank-bench-model" && "${MODEL_BENCH:-1}" == 1 ]]; then
 fi
 
 # Workload 1: the default model, histories median 100 up to 1024, 50-500 candidates.
+WORKLOADS=${WORKLOADS:-h1024 h4096}
 for policy in ${H1024_POLICIES:-delay}; do
-  bench_workload "h1024$(policy_suffix "$policy")" "${H1024_CONCURRENCY:-8 32 64 128 256 384 512}" "0.5 0.8 0.95" -- \
+  [[ " $WORKLOADS " == *" h1024 "* ]] || break
+  bench_workload "h1024$(policy_suffix "$policy")" "${H1024_CONCURRENCY:-8 32 64 128 256 384 512}" \
+    "${OPEN_FRACTIONS:-0.5 0.8 0.95}" -- \
     --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
 done
 
@@ -245,6 +249,7 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   fi
 fi
 
+[[ " $WORKLOADS " == *" h4096 "* ]] &&
 bench_workload "h4096$(policy_suffix "${H4096_POLICY:-delay}")" "${H4096_CONCURRENCY:-16 64 128 256 384 512}" "" \
   --model-config "$OUT/model_h4096.yaml" -- \
   --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
