@@ -313,6 +313,42 @@ TEST_F(ServerGrpcTest, ExpiredRequestOfAStagedBatchIsDroppedAndTheRestRestaged) 
   EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
 }
 
+// A call whose client cancels it while it waits behind a held batch is
+// dropped: the client sees CANCELLED, its candidates never reach the model,
+// and the server counts it as cancelled.
+TEST_F(ServerGrpcTest, CancelledCallIsNeverComputed) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  gate_.Close();
+  const v1::RankRequest blocker = MakeRequest(41, 4, 3, model_config_);
+  auto first = SendRank(stub_.get(), blocker);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  v1::RankRequest victim = MakeRequest(42, 4, 1, model_config_);
+  victim.set_candidate_item_ids(0, 999999999);
+  auto cancelled = SendRank(stub_.get(), victim);
+  ASSERT_TRUE(metrics_.WaitInflight(2, 10s)) << "the call to cancel was not accepted";
+  cancelled->context.TryCancel();
+  ASSERT_TRUE(cancelled->Wait(10s));
+  EXPECT_EQ(cancelled->status.error_code(), grpc::StatusCode::CANCELLED);
+  // The server hears of the cancel from the transport, on its own threads,
+  // and nothing outside shows when: let it 300 ms before the held batch ends
+  // and the cancelled call's batch may compute.
+  std::this_thread::sleep_for(300ms);
+  gate_.Open();
+  ASSERT_TRUE(first->Wait(20s));
+  ExpectMatchesOracle(blocker, *first);
+  // A later call completes only after anything queued before it was handled.
+  const v1::RankRequest after = MakeRequest(43, 2, 2, model_config_);
+  auto next = SendRank(stub_.get(), after);
+  ASSERT_TRUE(next->Wait(20s));
+  ExpectMatchesOracle(after, *next);
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_EQ(log_.candidate_ids.count(999999999), 0u) << "the cancelled request was computed";
+  }
+  EXPECT_EQ(metrics_.rejected("cancelled"), 1);
+  EXPECT_EQ(metrics_.done("CANCELLED"), 1);
+}
+
 // Server reflection answers list_services (raw bytes: the reflection protos
 // are not installed, and the names are plain strings on the wire).
 TEST_F(ServerGrpcTest, ReflectionListsTheServices) {
