@@ -15,7 +15,13 @@
 # concurrency ramp and an open-loop Poisson sweep at fractions of its
 # closed-loop peak (the sweep at h1024 only). Total runtime about 6 minutes. Overrides (environment):
 # DURATION_S, WARMUP_S, STRATEGIES, DEVICE, MODEL_BENCH (0 skips the
-# in-process runs), MODEL_BENCH_S, CHANNEL_SWEEP (0 skips the diagnostics).
+# in-process runs), MODEL_BENCH_S, CHANNEL_SWEEP (0 skips the diagnostics),
+# H1024_CONCURRENCY, H4096_CONCURRENCY (the ramps), and the batching
+# policies: H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# H4096_POLICY. "delay" = close a batch on a budget or after
+# --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
+# whenever the executor has no batch waiting to run). Results of the idle
+# policy are filed under the workload name with "-idle" appended.
 set -uo pipefail
 
 BUNDLE=${1:?usage: serving_h200.sh BUNDLE_DIR}
@@ -154,9 +160,11 @@ bench_workload() {  # bench_workload NAME CONCURRENCIES RATE_FRACTIONS model-fla
   while [[ $# -gt 0 && $1 != -- ]]; do model_flags+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
   workload_flags=("$@")
+  local policy_flags=()
+  [[ $name == *-idle ]] && policy_flags=(--dispatch-when-idle)
   for attention in $STRATEGIES; do
     local tag=${name}_${attention}
-    start_server "$tag" "$attention" "${model_flags[@]}" || continue
+    start_server "$tag" "$attention" "${model_flags[@]}" "${policy_flags[@]}" || continue
     for c in $concurrencies; do
       run_point "${tag}_c$c" "${workload_flags[@]}" --concurrency "$c"
     done
@@ -173,6 +181,8 @@ bench_workload() {  # bench_workload NAME CONCURRENCIES RATE_FRACTIONS model-fla
 
 log "bundle $BUNDLE, results in $OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1 || true
+lscpu >"$OUT/lscpu.txt" 2>&1 || true
+policy_suffix() { [[ $1 == idle ]] && echo "-idle"; }
 
 # The max_history_len 4096 model (written here from the default's keys).
 cat >"$OUT/model_h4096.yaml" <<'YAML'
@@ -208,8 +218,10 @@ if [[ -x "$BIN/jagrank-bench-model" && "${MODEL_BENCH:-1}" == 1 ]]; then
 fi
 
 # Workload 1: the default model, histories median 100 up to 1024, 50-500 candidates.
-bench_workload h1024 "8 32 64 128 256" "0.5 0.8 0.95" -- \
-  --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
+for policy in ${H1024_POLICIES:-delay}; do
+  bench_workload "h1024$(policy_suffix "$policy")" "${H1024_CONCURRENCY:-8 32 64 128 256 384 512}" "0.5 0.8 0.95" -- \
+    --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
+done
 
 # Diagnostic (not in the best-QPS summary): does the number of client
 # connections bound QPS? jagged at c256 with 4, 16 and 32 channels.
@@ -233,7 +245,8 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   fi
 fi
 
-bench_workload h4096 "16 64 128 256" "" --model-config "$OUT/model_h4096.yaml" -- \
+bench_workload "h4096$(policy_suffix "${H4096_POLICY:-delay}")" "${H4096_CONCURRENCY:-16 64 128 256 384 512}" "" \
+  --model-config "$OUT/model_h4096.yaml" -- \
   --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
 
 # Summary: per workload and strategy, the best load with p99 <= 20 ms, its
@@ -272,7 +285,7 @@ def gpu_busy(path):
 rows = {}
 for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
     label = os.path.basename(path)[:-5]
-    m = re.match(r"^(h\d+)_(jagged|padded_flash|padded_dense)_([cr]\d+)$", label)
+    m = re.match(r"^(h\d+(?:-idle)?)_(jagged|padded_flash|padded_dense)_([cr]\d+)$", label)
     if not m:
         continue
     r = json.load(open(path))
@@ -292,13 +305,10 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
         c1 = json.load(open(os.path.join(out, label + ".cpu-after")))
         wall = float(open(os.path.join(out, label + ".wall_s")).read()) or (r["duration_s"] + r["warmup_s"])
         per_thread = {k: (c1[k] - c0.get(k, 0.0)) / wall for k in c1}
-        per = {}
+        per, counts = {}, {}
         for k, v in per_thread.items():
             name = k.rsplit("/", 1)[0]
             per[name] = per.get(name, 0.0) + v
-        counts = {}
-        for k in per_thread:
-            name = k.rsplit("/", 1)[0]
             counts[name] = counts.get(name, 0) + 1
         r["server_cpu_cores_by_thread"] = {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0.005}
         r["server_threads_by_name"] = counts
@@ -343,6 +353,9 @@ for (workload, attention), rs in sorted(rows.items()):
                     "server_cpu_cores": r.get("server_cpu_cores_total"), "loadgen_cpu_cores": r.get("client_cpu_cores"),
                     "host_cpu_busy_cores": r.get("host_cpu_busy_cores"),
                     "busiest_thread": r.get("server_busiest_thread"),
+                    "sent_per_s": r.get("sent_per_s"), "pacer_late_fraction": r.get("pacer_late_fraction"),
+                    "mean_batch_requests": r.get("mean_batch_requests"),
+                    "queue_ms": r["server_ms_per_request_or_batch"].get("queue_latency_seconds"),
                     "gpu_busy": r.get("gpu_busy_fraction_smi")} for r in rs],
     }
 diag = []

@@ -87,7 +87,8 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
       if (queue_.empty()) return false;  // closed and drained
       // Wait for a budget or the oldest request's delay; a request arriving
       // meanwhile may fill a budget, so re-check on every wake-up.
-      while (!closed_ && !queue_.empty() && !BudgetReachedLocked()) {
+      while (!closed_ && !queue_.empty() && !BudgetReachedLocked() &&
+             !(config_.dispatch_when_idle && !executor_has_batch_waiting_)) {
         const Clock::time_point close_at = queue_.front()->arrival + delay;
         if (Clock::now() >= close_at) break;
         cv_.wait_until(lock, close_at);
@@ -128,6 +129,14 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
   }
   if (batch->empty()) return NextBatch(batch);  // everything taken had expired
   return true;
+}
+
+void Batcher::SetExecutorHasBatchWaiting(bool waiting) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    executor_has_batch_waiting_ = waiting;
+  }
+  if (!waiting) cv_.notify_all();
 }
 
 void Batcher::Close() {

@@ -2,7 +2,12 @@
 // of accepted requests and decides which of them form the next batch:
 //   - a batch closes when the queued work reaches any budget (requests,
 //     candidates, history tokens, attention cost) or when the oldest queued
-//     request has waited max_queue_delay_us. The attention cost is the work
+//     request has waited max_queue_delay_us. With dispatch_when_idle it also
+//     closes, with whatever is queued, whenever the executor has no batch
+//     waiting to run (SetExecutorHasBatchWaiting): the batch is then staged
+//     while the current one computes, so the device never idles while
+//     requests wait, and under load batches still grow to what arrives
+//     during one forward pass. The attention cost is the work
 //     the model's strategy does: sum of L^2 for jagged attention, R times the
 //     longest L^2 for the padded strategies (what they compute and allocate);
 //   - requests leave in arrival order; a single request above a budget runs
@@ -82,6 +87,12 @@ class Batcher {
   // caller (the executor's assembly thread).
   bool NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch);
 
+  // Whether the executor holds a batch that is ready and waiting to run
+  // (false at start). With dispatch_when_idle, NextBatch closes at once with
+  // whatever is queued while this is false; without it, no effect.
+  // Thread-safe.
+  void SetExecutorHasBatchWaiting(bool waiting);
+
   // Stops accepting; queued requests still come out of NextBatch.
   void Close();
 
@@ -106,6 +117,7 @@ class Batcher {
   int64_t queued_attention_cost_ = 0;                 // guarded by mu_; sum of L^2
   int64_t queued_longest_ = 0;                        // guarded by mu_; longest L since the queue was last empty (an upper bound)
   bool closed_ = false;                               // guarded by mu_
+  bool executor_has_batch_waiting_ = false;           // guarded by mu_; see SetExecutorHasBatchWaiting
 };
 
 }  // namespace jagrank

@@ -103,6 +103,7 @@ void Executor::AssembleLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return ready_ == nullptr; });
     ready_ = std::move(work);
+    batcher_->SetExecutorHasBatchWaiting(true);
     cv_.notify_all();
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -118,6 +119,10 @@ void Executor::ComputeLoop() {
       cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
       if (ready_ == nullptr) break;  // assembly finished and nothing is left
       work = std::move(ready_);
+      // Nothing is staged behind this batch now: with dispatch_when_idle the
+      // batcher closes the next one at once, to be staged while this one
+      // runs. Set under mu_ so it cannot cross the assembly thread's update.
+      batcher_->SetExecutorHasBatchWaiting(false);
       cv_.notify_all();  // the assembly thread may hand over the next batch
     }
     const bool answer = Compute(work.get());

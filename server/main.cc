@@ -41,6 +41,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   int64_t max_queue_delay_us = d.batching.max_queue_delay_us, max_batch_candidates = d.batching.max_batch_candidates,
           max_batch_history_tokens = d.batching.max_batch_history_tokens,
           max_batch_attention_cost = d.batching.max_batch_attention_cost;
+  bool dispatch_when_idle = d.batching.dispatch_when_idle;
   int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
       max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads;
   FlagParser flags("jagrank-server: the jagrank gRPC ranking server");
@@ -52,6 +53,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("model-weights", &model_weights, "safetensors weights (default: random from the config's seed)");
   flags.Add("attention", &attention, "jagged | padded_flash | padded_dense");
   flags.Add("max-queue-delay-us", &max_queue_delay_us, "batcher: longest wait of the oldest request");
+  flags.Add("dispatch-when-idle", &dispatch_when_idle,
+            "batcher: also close a batch at once when the executor has none waiting to run");
   flags.Add("max-batch-candidates", &max_batch_candidates, "batcher: candidate rows per batch");
   flags.Add("max-batch-requests", &max_batch_requests, "batcher: requests per batch");
   flags.Add("max-batch-history-tokens", &max_batch_history_tokens, "batcher: kept history ids per batch");
@@ -83,6 +86,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("cpu-threads")) config->cpu_threads = cpu_threads;
   if (flags.IsSet("max-candidates-per-request")) config->max_candidates_per_request = max_candidates_per_request;
   if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
+  if (flags.IsSet("dispatch-when-idle")) config->batching.dispatch_when_idle = dispatch_when_idle;
   if (flags.IsSet("max-batch-candidates")) config->batching.max_batch_candidates = max_batch_candidates;
   if (flags.IsSet("max-batch-requests")) config->batching.max_batch_requests = max_batch_requests;
   if (flags.IsSet("max-batch-history-tokens")) config->batching.max_batch_history_tokens = max_batch_history_tokens;

@@ -27,6 +27,8 @@ Status ParseBatching(const YAML::Node& node, BatchingConfig* b) {
     const YAML::Node& v = kv.second;
     if (key == "max_queue_delay_us") {
       RETURN_IF_ERROR(Read(v, full, &b->max_queue_delay_us));
+    } else if (key == "dispatch_when_idle") {
+      RETURN_IF_ERROR(Read(v, full, &b->dispatch_when_idle));
     } else if (key == "max_batch_requests") {
       RETURN_IF_ERROR(Read(v, full, &b->max_batch_requests));
     } else if (key == "max_batch_candidates") {
@@ -168,6 +170,7 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " model_config=" << (c.model_config.empty() ? "<embedded>" : c.model_config)
     << " weights=" << (c.model_weights.empty() ? "<random from seed>" : c.model_weights)
     << " max_queue_delay_us=" << c.batching.max_queue_delay_us
+    << " dispatch_when_idle=" << (c.batching.dispatch_when_idle ? "true" : "false")
     << " max_batch_requests=" << c.batching.max_batch_requests
     << " max_batch_candidates=" << c.batching.max_batch_candidates
     << " max_batch_history_tokens=" << c.batching.max_batch_history_tokens

@@ -13,9 +13,11 @@ namespace jagrank {
 
 // The dynamic batcher's policy (server/batcher.h). A batch closes when any
 // budget is reached or the oldest queued request has waited
-// max_queue_delay_us; a single request above a budget runs alone.
+// max_queue_delay_us (or, with dispatch_when_idle, as soon as the executor
+// has no batch waiting to run); a single request above a budget runs alone.
 struct BatchingConfig {
   int64_t max_queue_delay_us = 2000;          // longest wait of the oldest request before its batch closes
+  bool dispatch_when_idle = false;            // also close a batch at once when the executor has none waiting to run
   int max_batch_requests = 256;               // requests per batch
   int64_t max_batch_candidates = 16384;       // candidate rows per batch
   int64_t max_batch_history_tokens = 131072;  // sum of kept history lengths per batch

@@ -1,27 +1,19 @@
 // jagrank-bench-model on the CPU backend: it runs exactly --iterations
 // forward passes per strategy, reports consistent rates, and rejects bad flags.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+
+#include "process_util.h"
 
 namespace jagrank {
 namespace {
 
-int RunCommand(const std::string& command, std::string* out) {
-  out->clear();
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out->append(buffer, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using testing::ReadFile;
+using testing::RunCommand;
 
 std::string TempPath(const std::string& name) {
   return ::testing::TempDir() + "/bench_model_test_" + std::to_string(getpid()) + "_" + name;
@@ -37,10 +29,7 @@ TEST(BenchModelTest, RunsEachStrategyForExactlyTheRequestedPasses) {
                        &out),
             0)
       << out;
-  std::ifstream in(json_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
   EXPECT_EQ(j["requests_per_batch"], 3);
   const double mean_candidates = j["mean_candidates_per_batch"];
   EXPECT_GE(mean_candidates, 3 * 5);

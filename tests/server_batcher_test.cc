@@ -186,6 +186,52 @@ TEST(BatcherTest, ExpiredAndCancelledRequestsAreFinishedNotReturned) {
   EXPECT_EQ(finished.calls[1], std::make_pair(1, Status::Code::kCancelled));
 }
 
+// dispatch_when_idle: with a 10 s delay and no budget reached, a batch
+// closes at once while the executor has no batch waiting, and waits (for
+// the delay) while it has one; clearing the flag releases the wait.
+// Without dispatch_when_idle the flag changes nothing.
+TEST(BatcherTest, DispatchWhenIdleClosesAtOnceWhileTheExecutorHasNoBatchWaiting) {
+  for (const bool dispatch_when_idle : {true, false}) {
+    SCOPED_TRACE(dispatch_when_idle ? "dispatch_when_idle" : "delay only");
+    NullMetrics metrics;
+    Finished finished;
+    BatchingConfig c = Budgets();  // 10 s delay
+    c.dispatch_when_idle = dispatch_when_idle;
+    Batcher batcher(c, &metrics);
+    std::vector<std::unique_ptr<QueuedRequest>> batch;
+    std::atomic<bool> got{false};
+    auto r = Fake(0, 1, 1, &finished);
+    ASSERT_TRUE(batcher.Enqueue(&r).ok());
+    if (dispatch_when_idle) {
+      // Nothing is waiting in the executor at start: the first request goes at once.
+      const auto start = Clock::now();
+      ASSERT_TRUE(batcher.NextBatch(&batch));
+      EXPECT_LT(SecondsOf(Clock::now() - start), 1.0);
+      EXPECT_EQ(batch.size(), 1u);
+      r = Fake(1, 1, 1, &finished);
+      ASSERT_TRUE(batcher.Enqueue(&r).ok());
+    }
+    batcher.SetExecutorHasBatchWaiting(true);
+    std::thread consumer([&] { got = batcher.NextBatch(&batch); });
+    std::this_thread::sleep_for(100ms);
+    EXPECT_FALSE(got) << "closed while the executor had a batch waiting";
+    const auto released_at = Clock::now();
+    batcher.SetExecutorHasBatchWaiting(false);
+    if (!dispatch_when_idle) {
+      std::this_thread::sleep_for(100ms);
+      EXPECT_FALSE(got) << "the flag closed a batch without dispatch_when_idle";
+      batcher.Close();  // ends the 10 s wait
+    }
+    consumer.join();
+    EXPECT_TRUE(got);
+    ASSERT_EQ(batch.size(), 1u);
+    EXPECT_EQ(Tag(batch[0]), dispatch_when_idle ? 1 : 0);
+    if (dispatch_when_idle) {
+      EXPECT_LT(SecondsOf(Clock::now() - released_at), 1.0);
+    }
+  }
+}
+
 TEST(BatcherTest, CloseFlushesWithoutDelayThenEnds) {
   NullMetrics metrics;
   Finished finished;

@@ -28,6 +28,11 @@ TEST(ServerConfigTest, KeysOverrideAndErrorsNameTheKey) {
   ASSERT_TRUE(ParseServerConfig("attention: padded_dense\nbatching:\n  max_queue_delay_us: 500\n", &c).ok());
   EXPECT_EQ(c.attention, "padded_dense");
   EXPECT_EQ(c.batching.max_queue_delay_us, 500);
+  EXPECT_FALSE(c.batching.dispatch_when_idle);
+  ASSERT_TRUE(ParseServerConfig("batching:\n  dispatch_when_idle: true\n", &c).ok());
+  EXPECT_TRUE(c.batching.dispatch_when_idle);
+  Status bad = ParseServerConfig("batching:\n  dispatch_when_idle: sometimes\n", &c);
+  EXPECT_NE(bad.message().find("batching.dispatch_when_idle"), std::string::npos) << bad.message();
 
   Status s = ParseServerConfig("max_queue_delay: 5\n", &c);
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);

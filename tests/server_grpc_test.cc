@@ -313,6 +313,51 @@ TEST_F(ServerGrpcTest, ExpiredRequestOfAStagedBatchIsDroppedAndTheRestRestaged) 
   EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
 }
 
+// dispatch_when_idle, with a batching delay (60 s) far beyond every deadline:
+// while a batch runs, the next call is staged at once (nothing was waiting
+// to run); the calls after it wait, since a batch is now waiting, and run
+// together as one batch once it moves to compute. A lone call on an idle
+// server is answered at once. With the delay-only policy the second call
+// would not be staged for 60 s.
+TEST_F(ServerGrpcTest, DispatchWhenIdleStagesAtOnceWhileNothingWaitsToRun) {
+  StartServer([](ServerConfig* c) {
+    c->batching.max_queue_delay_us = 60LL * 1000 * 1000;
+    c->batching.dispatch_when_idle = true;
+  });
+  gate_.Close();
+  std::vector<v1::RankRequest> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(MakeRequest(50 + i, 3 + i, 2 + i, model_config_));
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  calls.push_back(SendRank(stub_.get(), requests[0], 30s));
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s)) << "the first call did not reach compute";
+  calls.push_back(SendRank(stub_.get(), requests[1], 30s));
+  ASSERT_TRUE(log_.WaitStagedCount(2, 10s)) << "the second call was not staged while the first ran";
+  calls.push_back(SendRank(stub_.get(), requests[2], 30s));
+  calls.push_back(SendRank(stub_.get(), requests[3], 30s));
+  ASSERT_TRUE(metrics_.WaitInflight(4, 10s));
+  std::this_thread::sleep_for(200ms);
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_EQ(log_.staged_requests, (std::vector<int>{1, 1})) << "a batch closed while another waited to run";
+  }
+  gate_.Open();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s));
+    ExpectMatchesOracle(requests[i], *calls[i]);
+  }
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_EQ(log_.staged_requests, (std::vector<int>{1, 1, 2}));
+    EXPECT_EQ(log_.batch_requests, (std::vector<int>{1, 1, 2}));
+  }
+  const v1::RankRequest alone = MakeRequest(60, 5, 3, model_config_);
+  const auto sent_at = std::chrono::steady_clock::now();
+  auto call = SendRank(stub_.get(), alone, 30s);
+  ASSERT_TRUE(call->Wait(30s));
+  ExpectMatchesOracle(alone, *call);
+  EXPECT_LT(std::chrono::duration<double>(call->done_at - sent_at).count(), 20.0);
+}
+
 // A call whose client cancels it while it waits behind a held batch is
 // dropped: the client sees CANCELLED, its candidates never reach the model,
 // and the server counts it as cancelled.

@@ -17,6 +17,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "model/config.h"
+#include "process_util.h"
 #include "server_test_helpers.h"
 
 extern char** environ;
@@ -28,13 +29,8 @@ using namespace std::chrono_literals;
 using server_test::MakeRequest;
 using server_test::PendingCall;
 using server_test::SendRank;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadFile;
+using testing::RunCommand;
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
   posix_spawn_file_actions_t actions;
@@ -58,18 +54,6 @@ bool WaitExit(pid_t pid, std::chrono::milliseconds timeout, int* status) {
     std::this_thread::sleep_for(10ms);
   }
   return false;
-}
-
-// Runs a command, returns its exit code and stdout.
-int RunCommand(const std::string& command, std::string* out) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  out->clear();
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out->append(buffer, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 class ServerProcessTest : public ::testing::Test {
@@ -278,6 +262,24 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_GT(result["client_cpu_cores"].get<double>(), 0.0) << result.dump();
   EXPECT_LT(result["client_cpu_cores"].get<double>(), 64.0) << result.dump();
   EXPECT_GE(result["responses_checked_every"].get<int64_t>(), 1);
+
+  // Open loop: 4 pacers of 50 calls/s each make a Poisson stream of 200/s;
+  // every call sent in the window is answered (OK) and counted once.
+  const std::string open_json = dir_ + "/loadgen_open.json";
+  ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
+                           " --rate 200 --client-threads 4 --duration-s 2 --warmup-s 0.2 --candidates-min 5"
+                           " --candidates-max 20 --history-median 8 --pool 64 --json-out " + open_json + " 2>/dev/null",
+                       &out),
+            0);
+  const nlohmann::json open = nlohmann::json::parse(ReadFile(open_json));
+  EXPECT_EQ(open["mode"], "open") << open.dump();
+  const double sent = open["sent_per_s"].get<double>();
+  EXPECT_GT(sent, 140) << open.dump();  // Poisson: 400 expected in 2 s, sd 20
+  EXPECT_LT(sent, 260) << open.dump();
+  EXPECT_EQ(open["requests_error"].get<int64_t>(), 0) << open.dump();
+  EXPECT_DOUBLE_EQ(open["qps"].get<double>(), sent) << open.dump();
+  EXPECT_GE(open["pacer_late_fraction"].get<double>(), 0.0) << open.dump();
+  EXPECT_LE(open["pacer_late_fraction"].get<double>(), 1.0) << open.dump();
   // Close this process's idle connection first: with no call to poll it, the
   // client would notice the server's GOAWAY only at its backup poll (5 s).
   stub_.reset();

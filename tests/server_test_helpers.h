@@ -106,6 +106,11 @@ struct ForwardLog {
       return std::find(staged_requests.begin(), staged_requests.end(), requests) != staged_requests.end();
     });
   }
+  // True once `count` batches were staged (bounded wait).
+  bool WaitStagedCount(size_t count, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [&] { return staged_requests.size() >= count; });
+  }
 };
 
 // The real model behind a gate, recording each batch. Stage and Run go
