@@ -1,6 +1,9 @@
 #include "server/ranker_service.h"
 
-#include <memory>
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/async_unary_call.h>
+
+#include <algorithm>
 #include <utility>
 
 #include "server/batch_assembly.h"
@@ -15,7 +18,7 @@ double SecondsSince(Clock::time_point start) {
 }
 
 // The call's deadline on the steady clock (max when the client set none).
-Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& context) {
+Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
   const auto deadline = context.deadline();
   if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
     return Clock::time_point::max();
@@ -26,8 +29,121 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& context) {
 
 }  // namespace
 
+// One Rank call from its request on a queue to its last event. Its events
+// (requested, finished, done) all come back on its queue, so only that
+// queue's polling thread touches `finished` and `done`. Freed by that thread
+// once both the finish and the done notification have come back (or at once
+// when the request failed because the server shut down: then the call never
+// started and no other event comes). The request proto lives here, so it
+// stays valid until the call is finished, as QueuedRequest requires.
+class RankerService::RankCall {
+ public:
+  enum class Event { kRequested, kFinished, kDone };
+  struct Tag {
+    RankCall* call;
+    Event event;
+  };
+
+  explicit RankCall(Queue* queue) : queue(queue) { context.AsyncNotifyWhenDone(&done_tag); }
+
+  // The last event (of finish and done) frees the call.
+  void OnFinished() {
+    finished = true;
+    if (done) delete this;
+  }
+  void OnDone() {
+    done = true;
+    if (finished) delete this;
+  }
+
+  Queue* const queue;
+  grpc::ServerContext context;
+  v1::RankRequest request;
+  v1::RankResponse response;
+  grpc::ServerAsyncResponseWriter<v1::RankResponse> responder{&context};
+  Clock::time_point arrival;
+  Tag requested_tag{this, Event::kRequested};
+  Tag finished_tag{this, Event::kFinished};
+  Tag done_tag{this, Event::kDone};
+  bool finished = false;  // the finish event came back
+  bool done = false;      // the done notification came back
+};
+
 RankerService::RankerService(const ServerConfig& config, ServerMetrics* metrics)
     : config_(config), metrics_(metrics) {}
+
+RankerService::~RankerService() { StopPolling(); }
+
+int RankerService::CompletionQueueCount() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
+}
+
+void RankerService::AddCompletionQueues(grpc::ServerBuilder* builder) {
+  for (int i = CompletionQueueCount(); i > 0; --i) {
+    auto queue = std::make_unique<Queue>();
+    queue->cq = builder->AddCompletionQueue();
+    queues_.push_back(std::move(queue));
+  }
+}
+
+void RankerService::StartPolling() {
+  for (auto& queue : queues_) {
+    for (int i = 0; i < kCallsRequestedPerQueue; ++i) RequestCall(queue.get());
+    queue->poller = std::thread([this, q = queue.get()] { Poll(q); });
+  }
+}
+
+void RankerService::StopPolling() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (auto& queue : queues_) {
+    {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      queue->shut_down = true;
+    }
+    queue->cq->Shutdown();
+  }
+  for (auto& queue : queues_) {
+    if (queue->poller.joinable()) {
+      queue->poller.join();
+    } else {
+      Poll(queue.get());  // never polled (the server did not start): drain it here
+    }
+  }
+}
+
+void RankerService::RequestCall(Queue* queue) {
+  auto call = std::make_unique<RankCall>(queue);
+  std::lock_guard<std::mutex> lock(queue->mu);
+  if (queue->shut_down) return;
+  RankCall* raw = call.release();  // owned by its events from here on
+  RequestRank(&raw->context, &raw->request, &raw->responder, queue->cq.get(), queue->cq.get(), &raw->requested_tag);
+}
+
+void RankerService::Poll(Queue* queue) {
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue->cq->Next(&tag, &ok)) {
+    RankCall::Tag* event = static_cast<RankCall::Tag*>(tag);
+    RankCall* call = event->call;
+    switch (event->event) {
+      case RankCall::Event::kRequested:
+        if (!ok) {  // the server is shutting down: the call never started
+          delete call;
+          break;
+        }
+        RequestCall(queue);  // keep kCallsRequestedPerQueue waiting
+        Handle(call);
+        break;
+      case RankCall::Event::kFinished:
+        call->OnFinished();
+        break;
+      case RankCall::Event::kDone:
+        call->OnDone();
+        break;
+    }
+  }
+}
 
 void RankerService::SetReady(const Model* model, Batcher* batcher) {
   model_ = model;
@@ -37,42 +153,43 @@ void RankerService::SetReady(const Model* model, Batcher* batcher) {
 
 void RankerService::SetDraining() { state_.store(kDraining, std::memory_order_release); }
 
-grpc::ServerUnaryReactor* RankerService::Rank(grpc::CallbackServerContext* context,
-                                              const v1::RankRequest* request, v1::RankResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+void RankerService::Handle(RankCall* call) {
   const Clock::time_point arrival = Clock::now();
+  const v1::RankRequest& request = call->request;
   auto reject = [&](const Status& status, const char* reason) {
     metrics_->OnRejected(reason);
     metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
-    reactor->Finish(ToGrpcStatus(status, request->request_id()));
-    return reactor;
+    call->responder.FinishWithError(ToGrpcStatus(status, request.request_id()), &call->finished_tag);
   };
   const int state = state_.load(std::memory_order_acquire);
   if (state == kLoading) return reject(Status::Unavailable("model is still loading"), "not_ready");
   if (state == kDraining) return reject(Status::Unavailable("server is shutting down"), "shutting_down");
 
   const ModelConfig& model_config = model_->config();
-  Status valid = ValidateRankRequest(*request, model_config, config_);
+  Status valid = ValidateRankRequest(request, model_config, config_);
   if (!valid.ok()) return reject(valid, "invalid_argument");
 
   auto queued = std::make_unique<QueuedRequest>();
-  queued->request = request;
-  queued->candidates = request->candidate_item_ids_size();
-  queued->history_tokens = KeptHistoryLength(*request, model_config);
+  queued->request = &request;
+  queued->candidates = request.candidate_item_ids_size();
+  queued->history_tokens = KeptHistoryLength(request, model_config);
   queued->attention_cost = queued->history_tokens * queued->history_tokens;
   queued->arrival = arrival;
-  queued->deadline = SteadyDeadline(*context);
-  queued->is_cancelled = [context] { return context->IsCancelled(); };
-  queued->finish = [this, reactor, request, response, arrival](const Status& status, const float* scores,
-                                                                int64_t count) {
+  queued->deadline = SteadyDeadline(call->context);
+  // True only once the done notification has come back (the async API's
+  // IsCancelled), which is when a cancelled call can be told apart.
+  queued->is_cancelled = [call] { return call->context.IsCancelled(); };
+  // Runs on an executor thread; the call may be freed as soon as Finish is
+  // started, so nothing touches it after.
+  queued->finish = [this, call, arrival](const Status& status, const float* scores, int64_t count) {
     if (status.ok()) {
-      response->set_request_id(request->request_id());
-      response->mutable_scores()->Add(scores, scores + count);
-      response->set_model_version(model_->version());
+      call->response.set_request_id(call->request.request_id());
+      call->response.mutable_scores()->Add(scores, scores + count);
+      call->response.set_model_version(model_->version());
     }
     metrics_->OnRequestDone(StatusCodeName(status.code()), status.ok() ? count : 0, SecondsSince(arrival));
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
-    reactor->Finish(ToGrpcStatus(status, request->request_id()));
+    call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
   };
 
   metrics_->SetInflight(inflight_.fetch_add(1) + 1);
@@ -82,7 +199,6 @@ grpc::ServerUnaryReactor* RankerService::Rank(grpc::CallbackServerContext* conte
     const bool full = queued_status.code() == Status::Code::kResourceExhausted;
     return reject(queued_status, full ? "queue_full" : "shutting_down");
   }
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* RankerService::GetModelInfo(grpc::CallbackServerContext* context,

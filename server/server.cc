@@ -102,6 +102,7 @@ Status JagrankServer::Start() {
   // same port and silently take a share of the connections: refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
+  service_->AddCompletionQueues(&builder);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));
@@ -112,6 +113,7 @@ Status JagrankServer::Start() {
   if (grpc_server_ == nullptr || port_ == 0) {
     return Status::Unavailable("cannot listen on grpc_address '" + config_.grpc_address + "'");
   }
+  service_->StartPolling();
   SetHealth(false);
   return Status::Ok();
 }
@@ -196,6 +198,9 @@ Status JagrankServer::Drain() {
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
+  // Rank's completion queues go after the server (gRPC's order); every call
+  // still held is freed as its queue drains.
+  service_->StopPolling();
   grpc_server_->Wait();
   spdlog::info("drained in {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   return drain_status_;
