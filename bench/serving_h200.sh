@@ -19,7 +19,7 @@
 # H1024_CONCURRENCY, H4096_CONCURRENCY (the ramps), and the batching
 # policies: WORKLOADS (default "h1024 h4096"), OPEN_FRACTIONS (of the
 # closed-loop peak, default "0.5 0.8 0.95"), H1024_POLICIES (default "delay"; "delay idle" runs both) and
-# H4096_POLICY. "delay" = close a batch on a budget or after
+# H4096_POLICIES. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
 # policy are filed under the workload name with "-idle" appended.
@@ -249,10 +249,12 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   fi
 fi
 
-[[ " $WORKLOADS " == *" h4096 "* ]] &&
-bench_workload "h4096$(policy_suffix "${H4096_POLICY:-delay}")" "${H4096_CONCURRENCY:-16 64 128 256 384 512}" "" \
-  --model-config "$OUT/model_h4096.yaml" -- \
-  --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
+for policy in ${H4096_POLICIES:-delay}; do
+  [[ " $WORKLOADS " == *" h4096 "* ]] || break
+  bench_workload "h4096$(policy_suffix "$policy")" "${H4096_CONCURRENCY:-16 64 128 256 384 512}" "" \
+    --model-config "$OUT/model_h4096.yaml" -- \
+    --history-median 300 --history-sigma 1.1 --candidates-min 50 --candidates-max 500
+done
 
 # Summary: per workload and strategy, the best load with p99 <= 20 ms, its
 # latencies, peak device memory and the server's time split over that run.
