@@ -403,7 +403,8 @@ class ScopedFlashKernel {
 
 TEST_F(FlashAttentionGpuTest, EveryBf16KernelChoiceMatchesReference) {
   std::mt19937_64 rng(61);
-  for (const char* kernel : {"mma_sync", "wgmma", "wgmma_alt", "wgmma_v0", "auto"}) {
+  for (const char* kernel : {"mma_sync", "mma_sync_v0", "mma_sync_v1", "mma_sync_v2", "mma_sync_v3", "wgmma",
+                             "wgmma_alt", "wgmma_v0", "wgmma_v1", "wgmma_v2", "wgmma_v3", "auto"}) {
     ScopedFlashKernel scoped(kernel);
     for (int head_dim : {32, 64, 128}) {
       Case c;

@@ -67,7 +67,6 @@ Status ValidateParams(const AttentionParams& params) {
   return Status::Ok();
 }
 
-#if JAGRANK_FLASH_WGMMA
 // Which bf16 kernel runs, from JAGRANK_FLASH_KERNEL (read per call, so that
 // tests and benchmarks can switch within one process): unset or "auto" =
 // on compute capability 9.0 devices of an sm_90a build, wgmma where
@@ -75,8 +74,9 @@ Status ValidateParams(const AttentionParams& params) {
 // otherwise; "mma_sync" = always mma.sync; "wgmma" / "wgmma_alt" = the Hopper
 // kernel with FlashWgmmaConfig's Traits / AltTraits for every head dim where
 // it can run.
-// "wgmma_v<i>": FlashWgmmaConfig's Candidates[i] (A/B runs).
-enum class Bf16Kernel { kAuto, kMmaSync, kWgmma, kWgmmaAlt, kWgmmaCandidate };
+// "wgmma_v<i>": FlashWgmmaConfig's Candidates[i], "mma_sync_v<i>":
+// FlashBf16Config's Candidates[i] (A/B runs; mma_sync_v<i> in every build).
+enum class Bf16Kernel { kAuto, kMmaSync, kWgmma, kWgmmaAlt, kWgmmaCandidate, kMmaSyncCandidate };
 
 Bf16Kernel Bf16KernelFromEnvironment(int* candidate) {
   const char* value = std::getenv("JAGRANK_FLASH_KERNEL");
@@ -88,8 +88,14 @@ Bf16Kernel Bf16KernelFromEnvironment(int* candidate) {
     *candidate = value[7] - '0';
     return Bf16Kernel::kWgmmaCandidate;
   }
+  if (std::strncmp(value, "mma_sync_v", 10) == 0 && value[10] >= '0' && value[10] <= '9' && value[11] == '\0') {
+    *candidate = value[10] - '0';
+    return Bf16Kernel::kMmaSyncCandidate;
+  }
   return Bf16Kernel::kAuto;
 }
+
+#if JAGRANK_FLASH_WGMMA
 
 // True when the current device has compute capability 9.0 (sm_90a code runs
 // there only). Cached per device ordinal.
@@ -113,9 +119,10 @@ bool CurrentDeviceIsSm90() {
 
 template <int kHeadDim>
 Status LaunchBf16(const AttentionParams& params, cudaStream_t stream) {
-#if JAGRANK_FLASH_WGMMA
   int candidate = 0;
   const Bf16Kernel kernel = Bf16KernelFromEnvironment(&candidate);
+  if (kernel == Bf16Kernel::kMmaSyncCandidate) return flash::LaunchFlashBf16Candidate<kHeadDim>(params, stream, candidate);
+#if JAGRANK_FLASH_WGMMA
   const bool wgmma =
       kernel == Bf16Kernel::kAuto ? flash::WgmmaIsDefault<kHeadDim>(params) : kernel != Bf16Kernel::kMmaSync;
   if (wgmma && CurrentDeviceIsSm90()) {

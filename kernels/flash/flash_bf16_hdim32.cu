@@ -4,5 +4,6 @@
 namespace jagrank {
 namespace flash {
 template Status LaunchFlashBf16<32>(const AttentionParams&, cudaStream_t);
+template Status LaunchFlashBf16Candidate<32>(const AttentionParams&, cudaStream_t, int);
 }  // namespace flash
 }  // namespace jagrank

@@ -34,6 +34,10 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(smem)), "l"(gmem),
                "r"(src_size));
 }
+// The same, to a shared-memory address (no generic -> shared conversion).
+__device__ __forceinline__ void CpAsync16ToShared(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
@@ -161,19 +165,31 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const bool valid = r < rows;
     CpAsync16(s_q + r * kStride + c * 8, q_tile + (valid ? r : 0) * p.q_row_stride + c * 8, valid);
   }
+  // K/V copies: thread tid always copies 16-byte chunk column tid % kChunks
+  // of rows tid / kChunks + j kRowStep of a tile, so its shared and global
+  // addresses are computed once and each tile only adds its base (v8: the
+  // per-chunk index arithmetic cost registers, and spills at D = 32).
+  constexpr int kRowStep = kThreads / kChunks;
+  constexpr int kKvCopies = kBlockN / kRowStep;
+  static_assert(kThreads % kChunks == 0 && kBlockN % kRowStep == 0, "K/V copy rows must tile the key tile");
+  const int copy_row = tid / kChunks;
+  const uint32_t copy_smem = SmemAddress(s_k) + (copy_row * kStride + (tid % kChunks) * 8) * 2;
+  constexpr uint32_t kKvStageBytes = kBlockN * kStride * 2;
+  constexpr uint32_t kVOffsetBytes = Traits::kStages * kKvStageBytes;  // s_v - s_k
+  const int copy_col = (tid % kChunks) * 8;
   auto load_kv = [&](int n_block, int stage) {
     const int n0 = n_block * kBlockN;
-    __nv_bfloat16* sk = s_k + stage * kBlockN * kStride;
-    __nv_bfloat16* sv = s_v + stage * kBlockN * kStride;
+    const uint32_t sk = copy_smem + stage * kKvStageBytes;
+    const __nv_bfloat16* kg = k_seq + (n0 + copy_row) * p.k_row_stride + copy_col;
+    const __nv_bfloat16* vg = v_seq + (n0 + copy_row) * p.v_row_stride + copy_col;
 #pragma unroll
-    for (int i = tid; i < kBlockN * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
+    for (int j = 0; j < kKvCopies; ++j) {
       // Keys past the valid length are zero-filled: a garbage V row times a
       // zero probability would still give NaN if it held Inf/NaN.
-      const bool valid = n0 + r < k_len;
-      const int row = valid ? n0 + r : 0;
-      CpAsync16(sk + r * kStride + c * 8, k_seq + row * p.k_row_stride + c * 8, valid);
-      CpAsync16(sv + r * kStride + c * 8, v_seq + row * p.v_row_stride + c * 8, valid);
+      const bool valid = n0 + copy_row + j * kRowStep < k_len;
+      CpAsync16ToShared(sk + j * kRowStep * kStride * 2, valid ? kg + j * kRowStep * p.k_row_stride : k_seq, valid);
+      CpAsync16ToShared(sk + kVOffsetBytes + j * kRowStep * kStride * 2,
+                        valid ? vg + j * kRowStep * p.v_row_stride : v_seq, valid);
     }
   };
   load_kv(0, 0);
@@ -283,7 +299,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float new_max = fmaxf(row_max[mt][r], QuadMax(tile_max[r]) * scale_log2);
+          // Lazy rescaling (kRescaleThreshold > 0): the reference max moves only
+          // when the tile's max exceeds it by more than the threshold.
+          const float seen_max = QuadMax(tile_max[r]) * scale_log2;
+          const float new_max =
+              seen_max > row_max[mt][r] + Traits::kRescaleThreshold ? seen_max : row_max[mt][r];
           alpha[mt][r] = FastExp2(row_max[mt][r] - new_max);
           max_changed |= new_max != row_max[mt][r];
           row_max[mt][r] = new_max;

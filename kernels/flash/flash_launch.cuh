@@ -75,6 +75,24 @@ Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream) {
   return LaunchFlashBf16WithTraits<typename Config::Traits>(params, stream, longest_first);
 }
 
+template <int kHeadDim, typename... Candidates>
+Status LaunchBf16CandidateOf(FlashBf16List<Candidates...>, int index, const AttentionParams& params,
+                             cudaStream_t stream) {
+  if constexpr (sizeof...(Candidates) > 0) {
+    using Launch = Status (*)(const AttentionParams&, cudaStream_t, bool);
+    constexpr Launch kLaunches[] = {&LaunchFlashBf16WithTraits<Candidates>...};
+    if (index >= 0 && index < static_cast<int>(sizeof...(Candidates))) {
+      return kLaunches[index](params, stream, UseLongestFirst(params));
+    }
+  }
+  return LaunchFlashBf16<kHeadDim>(params, stream);
+}
+
+template <int kHeadDim>
+Status LaunchFlashBf16Candidate(const AttentionParams& params, cudaStream_t stream, int candidate) {
+  return LaunchBf16CandidateOf<kHeadDim>(typename FlashBf16Config<kHeadDim>::Candidates{}, candidate, params, stream);
+}
+
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream) {
   using Traits = FlashFp32Traits<kHeadDim>;

@@ -15,6 +15,10 @@ namespace flash {
 // REQUIRES: params validated by JaggedAttentionCuda; head_dim == kHeadDim.
 template <int kHeadDim>
 Status LaunchFlashBf16(const AttentionParams& params, cudaStream_t stream);
+// FlashBf16Config<kHeadDim>::Candidates[candidate] (A/B runs); out of range:
+// LaunchFlashBf16.
+template <int kHeadDim>
+Status LaunchFlashBf16Candidate(const AttentionParams& params, cudaStream_t stream, int candidate);
 // Hopper path (flash_wgmma_*.cu): compiled for sm_90a when the build's CUDA
 // architectures include 90 (JAGRANK_FLASH_WGMMA defined); runs on compute
 // capability 9.0 devices only. kAuto: FlashWgmmaConfig's choice of tile by

@@ -12,7 +12,7 @@ namespace flash {
 // double-buffered with cp.async. FlashBf16Config below holds the shipped
 // choice per head dim; the benchmark instantiates others to compare.
 template <int kHeadDim_, int kWarps_, int kMTiles_, int kBlockN_, int kMinBlocksPerSm_, bool kPackedExp_,
-          bool kSkipUnchangedRescale_ = true>
+          bool kSkipUnchangedRescale_ = true, int kRescaleThreshold_ = 0>
 struct FlashBf16Traits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kWarps_;
@@ -34,6 +34,13 @@ struct FlashBf16Traits {
   // Skip O *= alpha when no row max of the warp changed (a warp-uniform
   // branch between S and P V); false: always rescale, one basic block.
   static constexpr bool kSkipUnchangedRescale = kSkipUnchangedRescale_;
+  // Lazy rescaling (log2 units): a row's running max, the reference of its
+  // exponentials, moves only when a tile's max exceeds it by more than this
+  // (0: whenever it grows). O and the sums are then rescaled less often;
+  // the result is the same up to rounding, exponentials reach 2^threshold.
+  // Meant for fp32 exponentials: packed ones round their input to bf16,
+  // whose spacing grows with |x|.
+  static constexpr int kRescaleThreshold = kRescaleThreshold_;
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix then fall in
   // 8 different 4-bank groups (no bank conflicts) for every D here.
   static constexpr int kSmemStride = kHeadDim + 8;  // elements
@@ -51,6 +58,9 @@ struct FlashBf16Traits {
 // batches whose longest key sequence exceeds kLongKeysAbove.
 template <int kHeadDim>
 struct FlashBf16Config;
+// Further tiles for A/B runs only (JAGRANK_FLASH_KERNEL=mma_sync_v<i>).
+template <typename... Traits>
+struct FlashBf16List {};
 // D = 32: softmax-bound; 4 warps x 32 rows, 4 CTAs per SM (16 warps) to hide
 // the MUFU/MMA latencies, packed bf16x2 exponentials.
 template <>
@@ -58,6 +68,10 @@ struct FlashBf16Config<32> {
   using Traits = FlashBf16Traits<32, /*warps=*/4, /*m_tiles=*/2, /*block_n=*/64, /*min_blocks=*/4, /*packed_exp=*/true>;
   using LongTraits = Traits;
   static constexpr int kLongKeysAbove = 1 << 30;
+  using Candidates = FlashBf16List<FlashBf16Traits<32, 4, 2, 64, /*min_blocks=*/3, true>,
+                                   FlashBf16Traits<32, 4, 2, /*block_n=*/32, 4, true>,
+                                   FlashBf16Traits<32, 4, 2, 64, 4, /*packed_exp=*/false, true, /*threshold=*/8>,
+                                   FlashBf16Traits<32, 4, 2, 64, 3, /*packed_exp=*/false, true, /*threshold=*/8>>;
 };
 // D = 64: up to 1K keys, 4 warps x 16 rows (64-row tiles), 4 CTAs per SM
 // (v6; was 8 warps x 16 rows, 2 CTAs/SM): self N = 512 0.561 -> 0.504 ms
@@ -72,6 +86,7 @@ struct FlashBf16Config<64> {
   using Traits = FlashBf16Traits<64, /*warps=*/4, /*m_tiles=*/1, /*block_n=*/64, /*min_blocks=*/4, /*packed_exp=*/true>;
   using LongTraits = FlashBf16Traits<64, 4, 2, 128, 2, true>;
   static constexpr int kLongKeysAbove = 1024;
+  using Candidates = FlashBf16List<>;
 };
 // D = 128: MMA-bound; two m-tiles per warp halve shared-memory reads per flop.
 template <>
@@ -79,6 +94,7 @@ struct FlashBf16Config<128> {
   using Traits = FlashBf16Traits<128, /*warps=*/4, /*m_tiles=*/2, /*block_n=*/64, /*min_blocks=*/2, /*packed_exp=*/true>;
   using LongTraits = Traits;
   static constexpr int kLongKeysAbove = 1 << 30;
+  using Candidates = FlashBf16List<>;
 };
 
 // bf16 Hopper kernel (wgmma, sm_90a only; flash_wgmma_kernel.cuh). Each
@@ -89,7 +105,8 @@ struct FlashBf16Config<128> {
 // swizzled layout the wgmma descriptors name (rows of kSwizzleBytes, 16-byte
 // chunks XOR-permuted by row), filled by cp.async kStages deep.
 template <int kHeadDim_, int kBlockN_, int kWarpGroups_, int kMinBlocksPerSm_, int kStages_ = 2,
-          bool kOverlap_ = false>
+          bool kOverlap_ = false, bool kPackedExp_ = true, int kRescaleThreshold_ = (kPackedExp_ ? 0 : 8),
+          bool kWidePv_ = false>
 struct FlashWgmmaTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpGroups = kWarpGroups_;
@@ -106,12 +123,21 @@ struct FlashWgmmaTraits {
   // one more stage.
   static constexpr bool kOverlap = kOverlap_;
   static constexpr int kPrefetch = kOverlap ? kStages - 2 : kStages - 1;
+  // true: exponentials by ex2.approx.bf16x2 and row sums by an mma.sync
+  // against ones (as FlashBf16Traits); false: fp32 ex2 and fp32 row sums
+  // (no mma.sync between the warpgroups' wgmmas on the tensor pipe).
+  static constexpr bool kPackedExp = kPackedExp_;
+  // Lazy rescaling, as FlashBf16Traits (by default with fp32 exponentials only).
+  static constexpr int kRescaleThreshold = kRescaleThreshold_;
   // 128-byte swizzle where a row holds 64 columns; D = 32 rows are 64 bytes.
   static constexpr int kSwizzleBytes = kHeadDim * 2 >= 128 ? 128 : kHeadDim * 2;
   static constexpr int kColBlocks = kHeadDim * 2 / kSwizzleBytes;  // column blocks of kSwizzleBytes
   static constexpr int kChunksPerRow = kHeadDim / 8;                // 16-byte chunks
-  // O += P V runs one wgmma per column block (N = 64, or 32 at D = 32).
-  static constexpr int kPvN = kSwizzleBytes / 2;
+  // O += P V runs one wgmma per column block (N = 64, or 32 at D = 32), or
+  // with kWidePv one over all of D (N = 128 at D = 128: half the P V
+  // wgmmas, and their descriptor moves, per tile).
+  static constexpr bool kWidePv = kWidePv_;
+  static constexpr int kPvN = kWidePv ? kHeadDim : kSwizzleBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKvTileBytes = kBlockN * kHeadDim * 2;
   // + 1024: the dynamic shared memory base is rounded up to the swizzle
@@ -120,6 +146,7 @@ struct FlashWgmmaTraits {
 
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "wgmma kernel: head_dim 32, 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128 (S = Q K^T)");
+  static_assert(!kWidePv || kHeadDim == 128, "the wide P V wgmma wrapper exists for N = 128");
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "one or two warpgroups per CTA");
   static_assert(kPrefetch >= 1 && kPrefetch <= 3, "1..3 tiles in flight (2..4 stages, one more with kOverlap)");
   static_assert(kSmemBytes <= 227 * 1024, "tiles exceed the H100/H200 shared memory per CTA");
@@ -145,8 +172,11 @@ template <>
 struct FlashWgmmaConfig<32> {
   using Traits = FlashWgmmaTraits<32, /*block_n=*/128, /*warp_groups=*/1, /*min_blocks=*/3>;
   using AltTraits = Traits;
-  using Candidates = FlashWgmmaList<FlashWgmmaTraits<32, 64, 1, 4, /*stages=*/4, /*overlap=*/true>>;
-  static constexpr bool kDefault = false;
+  using Candidates = FlashWgmmaList<FlashWgmmaTraits<32, 128, 1, 4>, FlashWgmmaTraits<32, 128, 2, 2>,
+                                    FlashWgmmaTraits<32, 64, 1, 5>,
+                                    FlashWgmmaTraits<32, 128, 1, 3, 2, false, true, /*threshold=*/1>>;
+  static constexpr bool kDefault = true;
+  static constexpr int kMinKeys = 768;
 };
 // D = 64: the default. 2 warpgroups share each 64-key K/V tile, 2 CTAs/SM.
 // v7b, same call vs mma.sync (repeat in the same call in brackets): self
@@ -157,21 +187,27 @@ struct FlashWgmmaConfig<32> {
 // 0.103 -> 0.075 (0.103 -> 0.074).
 template <>
 struct FlashWgmmaConfig<64> {
-  using Traits = FlashWgmmaTraits<64, /*block_n=*/64, /*warp_groups=*/2, /*min_blocks=*/2>;
+  using Traits = FlashWgmmaTraits<64, /*block_n=*/64, /*warp_groups=*/1, /*min_blocks=*/4, 2, false, /*packed_exp=*/false>;
   using AltTraits = FlashWgmmaTraits<64, /*block_n=*/128, /*warp_groups=*/1, /*min_blocks=*/2>;
-  using Candidates = FlashWgmmaList<FlashWgmmaTraits<64, 64, 1, 3, /*stages=*/4, /*overlap=*/true>>;
+  using Candidates = FlashWgmmaList<FlashWgmmaTraits<64, 128, 1, 3, 2, false, /*packed_exp=*/false>,
+                                    FlashWgmmaTraits<64, 128, 1, 2, 2, false, /*packed_exp=*/false>,
+                                    FlashWgmmaTraits<64, 64, 2, 2, 2, false, /*packed_exp=*/false>>;
   static constexpr bool kDefault = true;
+  static constexpr int kMinKeys = 0;
 };
+
 // D = 128: not the default. Every wgmma tile measured 5-14% slower than the
 // mma.sync kernel (v7b, same call: mma.sync 1.372 ms, the best wgmma, this
 // Traits (2 warpgroups x 64 rows, 128-key tiles, 1 CTA/SM), 1.448; repeat
 // 1.385 vs 1.476).
 template <>
 struct FlashWgmmaConfig<128> {
-  using Traits = FlashWgmmaTraits<128, /*block_n=*/128, /*warp_groups=*/2, /*min_blocks=*/1>;
+  using Traits = FlashWgmmaTraits<128, /*block_n=*/64, /*warp_groups=*/2, /*min_blocks=*/2, 2, false, /*packed_exp=*/false>;
   using AltTraits = Traits;
-  using Candidates = FlashWgmmaList<FlashWgmmaTraits<128, 128, 2, 1, /*stages=*/3, /*overlap=*/true>>;
-  static constexpr bool kDefault = false;
+  using Candidates = FlashWgmmaList<FlashWgmmaTraits<128, 64, 2, 2, 2, false, false, 8, /*wide_pv=*/true>,
+                                    FlashWgmmaTraits<128, 64, 2, 2>>;
+  static constexpr bool kDefault = true;
+  static constexpr int kMinKeys = 0;
 };
 
 // float32 kernel (CUDA cores): each warp owns kRowsPerWarp query rows; a lane

@@ -35,6 +35,19 @@ __device__ __forceinline__ uint64_t SmemDescriptor(uint32_t address, uint32_t le
          (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (kMode << 62);
 }
 
+// The same descriptor from its two 32-bit words: kernels keep the low word
+// (start address >> 4, leading byte offset >> 4 in bits 16-29) of each
+// tile's base and add compile-time offsets per k step, stage and column
+// block; the high word (stride byte offset >> 4, swizzle mode in bits 30-31)
+// is a constant.
+template <int kSwizzleBytes>
+__host__ __device__ constexpr uint32_t SmemDescriptorHigh(uint32_t stride_bytes) {
+  return (stride_bytes >> 4) | ((kSwizzleBytes == 128 ? 1u : 2u) << 30);
+}
+__device__ __forceinline__ uint64_t SmemDescriptorFromWords(uint32_t low, uint32_t high) {
+  return (static_cast<uint64_t>(high) << 32) | low;
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `rows` rows
 // stored as column blocks of kSwizzleBytes-byte rows: the chunk index is
 // XORed with address bits 7.. (Swizzle<3,4,3> for 128 bytes, <2,4,3> for 64),
@@ -46,6 +59,15 @@ __device__ __forceinline__ int SwizzledOffset(int row, int chunk, int rows) {
   const int block = chunk / kChunksPerBlock;
   const int offset = row * kSwizzleBytes + (chunk % kChunksPerBlock) * 16;
   return block * rows * kSwizzleBytes + (offset ^ (((offset >> 7) & (kChunksPerBlock - 1)) << 4));
+}
+
+// 16-byte global->shared copies to a shared-memory address (no generic ->
+// shared conversion per copy); Zfill: when !valid, zeros and no global read.
+__device__ __forceinline__ void CpAsync16Shared(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+__device__ __forceinline__ void CpAsync16SharedZfill(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -156,6 +178,32 @@ __device__ __forceinline__ void WgmmaRS<64>(float (&d)[32], const uint32_t (&a)[
       : "memory");
 }
 
+// d[64 x 128] += A[64 x 16] B[16 x 128], A from registers, B MN-major in
+// shared memory spanning two 64-column swizzle blocks (the descriptor's
+// leading byte offset is the distance between them).
+template <>
+__device__ __forceinline__ void WgmmaRS<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
+
 // ------------------------------------------------------------------ kernel
 
 // maybe_order (optional, [batch]): the sequences in the order their CTAs
@@ -234,20 +282,43 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const bool valid = r < rows;
     CpAsync16(s_q + SwizzledOffset<kSw>(r, c, kBlockM), q_tile + (valid ? r : 0) * p.q_row_stride + c * 8, valid);
   }
+  // K/V copies: thread tid always copies 16-byte chunk column tid % kChunks
+  // of rows tid / kChunks + j kRowStep (j < kKvCopies) of a tile. kRowStep
+  // is a multiple of the swizzle period (8 rows), so the chunk's swizzled
+  // shared-memory offset in row j is the offset in row 0 plus j kRowStep
+  // rows: the per-thread addresses are computed once here and each tile only
+  // adds its base (v8; the per-chunk index and swizzle arithmetic was a third
+  // of the kernel's instructions in ncu, bench/NOTES.md).
+  constexpr int kRowStep = kThreads / kChunks;
+  constexpr int kKvCopies = kBlockN / kRowStep;
+  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kBlockN % kRowStep == 0,
+                "K/V copy rows must repeat the swizzle pattern");
+  const int copy_row = tid / kChunks;
+  const uint32_t copy_smem = SwizzledOffset<kSw>(copy_row, tid % kChunks, kBlockN);
+  const int copy_col = (tid % kChunks) * 8;
   auto load_kv = [&](int n_block, int stage) {
     const int n0 = n_block * kBlockN;
-    unsigned char* sk = s_k + stage * Traits::kKvTileBytes;
-    unsigned char* sv = s_v + stage * Traits::kKvTileBytes;
+    const uint32_t sk = k_address + stage * Traits::kKvTileBytes + copy_smem;
+    const uint32_t sv = v_address + stage * Traits::kKvTileBytes + copy_smem;
+    const __nv_bfloat16* kg = k_seq + (n0 + copy_row) * p.k_row_stride + copy_col;
+    const __nv_bfloat16* vg = v_seq + (n0 + copy_row) * p.v_row_stride + copy_col;
+    const int64_t k_copy_step = kRowStep * p.k_row_stride;
+    const int64_t v_copy_step = kRowStep * p.v_row_stride;
+    if (n0 + kBlockN <= k_len) {  // every tile but a sequence's last
 #pragma unroll
-    for (int i = tid; i < kBlockN * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
+      for (int j = 0; j < kKvCopies; ++j) {
+        CpAsync16Shared(sk + j * kRowStep * kSw, kg + j * k_copy_step);
+        CpAsync16Shared(sv + j * kRowStep * kSw, vg + j * v_copy_step);
+      }
+    } else {
       // Keys past the valid length are zero-filled: a garbage V row times a
       // zero probability would still give NaN if it held Inf/NaN.
-      const bool valid = n0 + r < k_len;
-      const int row = valid ? n0 + r : 0;
-      const int offset = SwizzledOffset<kSw>(r, c, kBlockN);
-      CpAsync16(sk + offset, k_seq + row * p.k_row_stride + c * 8, valid);
-      CpAsync16(sv + offset, v_seq + row * p.v_row_stride + c * 8, valid);
+#pragma unroll
+      for (int j = 0; j < kKvCopies; ++j) {
+        const bool valid = n0 + copy_row + j * kRowStep < k_len;
+        CpAsync16SharedZfill(sk + j * kRowStep * kSw, valid ? kg + j * k_copy_step : k_seq, valid);
+        CpAsync16SharedZfill(sv + j * kRowStep * kSw, valid ? vg + j * v_copy_step : v_seq, valid);
+      }
     }
   };
   const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
@@ -264,7 +335,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const bool wg_active = wg * 64 < rows;
 
   float acc_o[kPvBlocks][kPvN / 2];  // O, columns kPvN pb .. + kPvN - 1 in acc_o[pb]
-  float acc_l[4] = {0.f, 0.f, 0.f, 0.f};  // row sums by mma.sync against ones
+  float acc_l[4] = {0.f, 0.f, 0.f, 0.f};  // row sums (mma.sync against ones, or fp32 adds)
   float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8, log2 domain
 #pragma unroll
   for (int pb = 0; pb < kPvBlocks; ++pb) {
@@ -282,15 +353,23 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   struct PvDescriptors {
     uint64_t v[kBlockN / 16][kPvBlocks];
   };
+  constexpr uint32_t kDescHigh = SmemDescriptorHigh<kSw>(kAtomBytes);
+  // Low descriptor words at the tiles' bases; V's carries the leading byte
+  // offset: the distance between its column blocks, which a P V wgmma
+  // spans with kWidePv (unused otherwise: one wgmma per column block).
+  const uint32_t q_desc = (q_address + wg * 64 * kSw) >> 4;
+  const uint32_t k_desc = k_address >> 4;
+  constexpr uint32_t kPvLeadingBytes = Traits::kWidePv ? kBlockN * kSw : kAtomBytes;
+  const uint32_t v_desc = (v_address >> 4) | ((kPvLeadingBytes >> 4) << 16);
   auto pv_descriptors = [&](int stage) {
     PvDescriptors d;
-    const uint32_t v_stage = v_address + stage * Traits::kKvTileBytes;
+    const uint32_t v_stage = v_desc + stage * (Traits::kKvTileBytes >> 4);
 #pragma unroll
     for (int kc = 0; kc < kBlockN / 16; ++kc) {
 #pragma unroll
       for (int pb = 0; pb < kPvBlocks; ++pb) {
         d.v[kc][pb] =
-            SmemDescriptor<kSw>(v_stage + pb * kBlockN * kSw + kc * 2 * kAtomBytes, kAtomBytes, kAtomBytes);
+            SmemDescriptorFromWords(v_stage + ((pb * kBlockN * kSw + kc * 2 * kAtomBytes) >> 4), kDescHigh);
       }
     }
     return d;
@@ -322,13 +401,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   };
   auto s_descriptors = [&](int stage) {
     SDescriptors d;
-    const uint32_t k_stage = k_address + stage * Traits::kKvTileBytes;
+    const uint32_t k_stage = k_desc + stage * (Traits::kKvTileBytes >> 4);
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       const uint32_t in_row = (kk % kStepsPerBlock) * 32;
       const uint32_t block = kk / kStepsPerBlock;
-      d.q[kk] = SmemDescriptor<kSw>(q_address + block * kBlockM * kSw + wg * 64 * kSw + in_row, 0, kAtomBytes);
-      d.k[kk] = SmemDescriptor<kSw>(k_stage + block * kBlockN * kSw + in_row, 0, kAtomBytes);
+      d.q[kk] = SmemDescriptorFromWords(q_desc + ((block * kBlockM * kSw + in_row) >> 4), kDescHigh);
+      d.k[kk] = SmemDescriptorFromWords(k_stage + ((block * kBlockN * kSw + in_row) >> 4), kDescHigh);
     }
     return d;
   };
@@ -363,7 +442,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     bool max_changed = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float new_max = fmaxf(row_max[r], QuadMax(tile_max[r]) * scale_log2);
+      // Lazy rescaling (kRescaleThreshold > 0): the reference max moves only
+      // when the tile's max exceeds it by more than the threshold.
+      const float seen_max = QuadMax(tile_max[r]) * scale_log2;
+      const float new_max =
+          seen_max > row_max[r] + Traits::kRescaleThreshold ? seen_max : row_max[r];
       alpha[r] = FastExp2(row_max[r] - new_max);
       max_changed |= new_max != row_max[r];
       row_max[r] = new_max;
@@ -383,13 +466,24 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       const float x1 = fmaf(s[4 * j + 1], scale_log2, neg_max[0]);
       const float x2 = fmaf(s[4 * j + 2], scale_log2, neg_max[1]);
       const float x3 = fmaf(s[4 * j + 3], scale_log2, neg_max[1]);
-      p[j / 2][2 * (j % 2)] = FastExp2Bf16x2(x0, x1);
-      p[j / 2][2 * (j % 2) + 1] = FastExp2Bf16x2(x2, x3);
+      if constexpr (Traits::kPackedExp) {
+        p[j / 2][2 * (j % 2)] = FastExp2Bf16x2(x0, x1);
+        p[j / 2][2 * (j % 2) + 1] = FastExp2Bf16x2(x2, x3);
+      } else {
+        const float p0 = FastExp2(x0), p1 = FastExp2(x1), p2 = FastExp2(x2), p3 = FastExp2(x3);
+        acc_l[0] += p0 + p1;  // this thread's part of row group's sum
+        acc_l[2] += p2 + p3;  // and of row group + 8's
+        p[j / 2][2 * (j % 2)] = PackBf16x2(p0, p1);
+        p[j / 2][2 * (j % 2) + 1] = PackBf16x2(p2, p3);
+      }
     }
-    // Row sums of the bf16 P (the values V sees) by one mma.sync per 16
-    // keys against ones: cheaper than unpacking P for float adds.
+    // Packed path: row sums of the bf16 P (the values V sees) by one
+    // mma.sync per 16 keys against ones, instead of unpacking P for float
+    // adds (sm_90 runs ex2.bf16x2 as two MUFU.EX2.BF16 and a PRMT).
+    if constexpr (Traits::kPackedExp) {
 #pragma unroll
-    for (int kc = 0; kc < kBlockN / 16; ++kc) MmaBf16(acc_l, p[kc], kBf16x2One, kBf16x2One);
+      for (int kc = 0; kc < kBlockN / 16; ++kc) MmaBf16(acc_l, p[kc], kBf16x2One, kBf16x2One);
+    }
     return rescale;
   };
   auto rescale_o = [&](const float (&alpha)[2]) {
@@ -512,7 +606,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // s_q in the same swizzled layout (conflict-free 4-byte writes), then store
   // 16-byte chunks of whole rows.
   if (wg_active) {
-    const float inv_sum[2] = {1.f / acc_l[0], 1.f / acc_l[2]};
+    // Packed path: the row-sum MMA left the full sums in every quad lane;
+    // fp32 path: each lane holds a quarter of its rows' sums.
+    const float inv_sum[2] = {1.f / (Traits::kPackedExp ? acc_l[0] : QuadSum(acc_l[0])),
+                              1.f / (Traits::kPackedExp ? acc_l[2] : QuadSum(acc_l[2]))};
     const int row0 = wg * 64 + wg_warp * 16 + group;
 #pragma unroll
     for (int pb = 0; pb < kPvBlocks; ++pb) {

@@ -73,7 +73,8 @@ constexpr int kWgmmaMinQueries = 128;
 
 template <int kHeadDim>
 bool WgmmaIsDefault(const AttentionParams& params) {
-  return FlashWgmmaConfig<kHeadDim>::kDefault && params.max_q_len > kWgmmaMinQueries;
+  return FlashWgmmaConfig<kHeadDim>::kDefault && params.max_q_len > kWgmmaMinQueries &&
+         params.max_k_len > FlashWgmmaConfig<kHeadDim>::kMinKeys;
 }
 
 }  // namespace flash
