@@ -58,7 +58,10 @@ struct FlashBf16Traits {
 // batches whose longest key sequence exceeds kLongKeysAbove.
 template <int kHeadDim>
 struct FlashBf16Config;
-// Further tiles for A/B runs only (JAGRANK_FLASH_KERNEL=mma_sync_v<i>).
+// Further tiles for A/B runs only (JAGRANK_FLASH_KERNEL=mma_sync_v<i>). On
+// sm_90 builds the default path runs wgmma at D = 64/128 and at D = 32
+// above 768 keys (FlashWgmmaConfig); mma.sync serves the rest and every
+// other device.
 template <typename... Traits>
 struct FlashBf16List {};
 // D = 32: softmax-bound; 4 warps x 32 rows, 4 CTAs per SM (16 warps) to hide
@@ -153,21 +156,23 @@ struct FlashWgmmaTraits {
 };
 
 // The wgmma tiles per head dim and whether the default ("auto") path uses
-// them; bench/NOTES.md v7 has the measurements (two H200 calls; "same call"
-// = same inputs, same process, JAGRANK_FLASH_KERNEL switched per call).
+// them: above kMinKeys keys and kWgmmaMinQueries queries
+// (flash_wgmma_launch.cuh). bench/NOTES.md v7/v8 has the measurements ("same
+// call" = same inputs, same process, JAGRANK_FLASH_KERNEL switched per call).
 // Traits, and AltTraits for target attention over long histories
 // (PreferAltWgmmaTile). Candidates: further tiles kept for A/B runs only
-// (JAGRANK_FLASH_KERNEL=wgmma_v<i>). kStages > 2 and kOverlap were measured
-// no faster than 2 stages without overlap on every shape (v7b): the kernel
-// is not limited by softmax/MMA serialisation within a warpgroup.
+// (JAGRANK_FLASH_KERNEL=wgmma_v<i>). v8 (ncu): the kernel was bound by its
+// own integer instructions and, at D = 128, by 1 CTA/SM; kStages > 2 and
+// kOverlap never helped (v7b).
 template <int kHeadDim>
 struct FlashWgmmaConfig;
 template <typename... Traits>
 struct FlashWgmmaList {};
-// D = 32: not the default. Softmax-bound; every wgmma tile measured slower
-// than the mma.sync kernel on every D = 32 shape, the best (the candidate:
-// 64-key tiles, 4 CTAs/SM, 4 stages, overlap) by 7-14% (v7b, same call:
-// N = 1024 1.069 vs 1.156 ms, N = 256 0.123 vs 0.139).
+// D = 32: the default above 768 keys (mma.sync below). v8, call at ~18:34
+// UTC, same call: N = 1024 0.945 ms vs mma.sync 0.988, N = 2048 1.627 vs
+// 1.770; mma.sync ahead on the shorter shapes (N = 256 0.112 vs 0.130,
+// fill 0.1 0.087 vs 0.110). Packed exponentials: fp32 ones lost here (FADD
+// issue slots; the row-sum HMMAs sit on an idle tensor pipe).
 template <>
 struct FlashWgmmaConfig<32> {
   using Traits = FlashWgmmaTraits<32, /*block_n=*/128, /*warp_groups=*/1, /*min_blocks=*/3>;
@@ -178,13 +183,13 @@ struct FlashWgmmaConfig<32> {
   static constexpr bool kDefault = true;
   static constexpr int kMinKeys = 768;
 };
-// D = 64: the default. 2 warpgroups share each 64-key K/V tile, 2 CTAs/SM.
-// v7b, same call vs mma.sync (repeat in the same call in brackets): self
-// N = 512 0.509 -> 0.496 ms (0.511 -> 0.480), N = 4096 fill 0.25 1.398 ->
-// 1.254 (1.376 -> 1.258). Target attention over histories above 1024 keys:
-// AltTraits, 1 warpgroup (64-row tiles: twice the CTAs per long history),
-// 128-key tiles: Lmax 2048 0.059 -> 0.045 ms (0.058 -> 0.042), Lmax 4096
-// 0.103 -> 0.075 (0.103 -> 0.074).
+// D = 64: the default. v8: 1 warpgroup x 64-key tiles, 4 CTAs/SM, fp32
+// exponentials + lazy rescaling: self N = 512 0.402 ms (A/B row; v7 tile,
+// 2 warpgroups x 2 CTAs packed, 0.490 in the call before), N = 4096 1.037
+// (1.142). Target attention over histories above 1024 keys: AltTraits, 1
+// warpgroup, 128-key tiles (v7b: Lmax 2048 0.059 -> 0.045 ms vs mma.sync;
+// v8 call: its fp32 variant, Candidates[1], measured 0.036 vs 0.046 and 0.056
+// vs 0.067 as A/B rows, not yet switched).
 template <>
 struct FlashWgmmaConfig<64> {
   using Traits = FlashWgmmaTraits<64, /*block_n=*/64, /*warp_groups=*/1, /*min_blocks=*/4, 2, false, /*packed_exp=*/false>;
@@ -196,10 +201,11 @@ struct FlashWgmmaConfig<64> {
   static constexpr int kMinKeys = 0;
 };
 
-// D = 128: not the default. Every wgmma tile measured 5-14% slower than the
-// mma.sync kernel (v7b, same call: mma.sync 1.372 ms, the best wgmma, this
-// Traits (2 warpgroups x 64 rows, 128-key tiles, 1 CTA/SM), 1.448; repeat
-// 1.385 vs 1.476).
+// D = 128: the default. v8: 2 warpgroups x 64-key tiles, 2 CTAs/SM (128
+// registers, no spill), fp32 exponentials + lazy rescaling: 0.899 ms (A/B
+// row 0.928) vs mma.sync 1.334 and varlen FA2 1.268 in the same call; the
+// 1-CTA 128-key tile (v7's best) 1.251-1.300 in the call before. One N = 128
+// P V wgmma per 16 keys (Candidates[0]) measured the same (0.929).
 template <>
 struct FlashWgmmaConfig<128> {
   using Traits = FlashWgmmaTraits<128, /*block_n=*/64, /*warp_groups=*/2, /*min_blocks=*/2, 2, false, /*packed_exp=*/false>;
