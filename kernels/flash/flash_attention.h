@@ -8,8 +8,8 @@
 //
 // Supported: dtype kBFloat16 (tensor cores, float32 accumulation: mma.sync,
 // or wgmma on compute capability 9.0 where it measured faster; the
-// environment variable JAGRANK_FLASH_KERNEL=mma_sync|wgmma|wgmma_alt|
-// wgmma_v<i> forces one, read per call, for A/B runs) and
+// environment variable JAGRANK_FLASH_KERNEL=mma_sync|mma_sync_v<i>|wgmma|
+// wgmma_alt|wgmma_v<i> forces one, read per call, for A/B runs) and
 // kFloat32 (CUDA cores, float32 throughout); head_dim in
 // kFlashSupportedHeadDims; any num_heads; softmax_scale >= 0. bf16 operands
 // need 16-byte aligned rows: base pointers 16-byte aligned and row strides a
