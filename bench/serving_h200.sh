@@ -227,24 +227,34 @@ for policy in ${H1024_POLICIES:-delay}; do
     --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
 done
 
-# Diagnostic (not in the best-QPS summary): does the number of client
-# connections bound QPS? jagged at c256 with 4, 16 and 32 channels.
+# Diagnostics (not in the best-QPS summary): does the client bound QPS?
+# jagged at DIAG_CONCURRENCY (default c256) with DIAG_CHANNELS connections
+# (default 4 16 32) and DIAG_CLIENT_THREADS completion-queue threads (default
+# none beyond the standard 4), under DIAG_POLICY (delay | idle); then two
+# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC).
 if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
-  if start_server h1024_jagged_channels jagged; then
-    for ch in 4 16 32; do
-      run_point "diag_h1024_jagged_c256_ch$ch" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
-        --candidates-max 500 --concurrency 256 --channels "$ch"
+  diag_c=${DIAG_CONCURRENCY:-256}
+  diag_flags=()
+  [[ ${DIAG_POLICY:-delay} == idle ]] && diag_flags=(--dispatch-when-idle)
+  if start_server h1024_jagged_diag jagged "${diag_flags[@]}"; then
+    for ch in ${DIAG_CHANNELS-4 16 32}; do
+      run_point "diag_h1024_jagged_c${diag_c}_ch$ch" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
+        --candidates-max 500 --concurrency "$diag_c" --channels "$ch"
     done
-    # Is one loadgen process the bound? Two at c128 each, side by side.
+    for t in ${DIAG_CLIENT_THREADS-}; do
+      run_point "diag_h1024_jagged_c${diag_c}_t$t" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
+        --candidates-max 500 --concurrency "$diag_c" --client-threads "$t"
+    done
+    # Is one loadgen process the bound? Two at half the concurrency each, side by side.
     local_pids=()
-    for p in a b; do
-      "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "diag_h1024_jagged_2proc_c128_$p" \
+    for p in $([[ ${DIAG_TWO_PROC:-1} == 1 ]] && echo a b); do
+      "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "diag_h1024_jagged_2proc_c$((diag_c / 2))_$p" \
         "${LOADGEN_FLAGS[@]}" --seed "$([[ $p == a ]] && echo 1 || echo 2)" --history-median 100 --history-sigma 1.0 \
-        --candidates-min 50 --candidates-max 500 --concurrency 128 \
-        --json-out "$OUT/diag_h1024_jagged_2proc_c128_$p.json" >/dev/null 2>&1 &
+        --candidates-min 50 --candidates-max 500 --concurrency $((diag_c / 2)) \
+        --json-out "$OUT/diag_h1024_jagged_2proc_c$((diag_c / 2))_$p.json" >/dev/null 2>&1 &
       local_pids+=($!)
     done
-    wait "${local_pids[@]}"
+    [[ ${#local_pids[@]} -gt 0 ]] && wait "${local_pids[@]}"
     stop_server
   fi
 fi
@@ -413,7 +423,7 @@ if in_process:
                          f"{x['candidates_per_s']:.0f} | {x['forward_ms']['p50']:.3f} | {x['forward_ms']['p99']:.3f} | {x['workspace_peak_bytes'] / 2**20:.0f} |")
     lines.append("")
 if diag:
-    lines += ["## Client connections (jagged, h1024, c256)", "", "| run | QPS | p50 ms | p99 ms | loadgen cores |", "|---|---|---|---|---|"]
+    lines += ["## Client diagnostics (jagged, h1024)", "", "| run | QPS | p50 ms | p99 ms | loadgen cores |", "|---|---|---|---|---|"]
     for x in diag:
         lc = x["loadgen_cpu_cores"]
         lines.append(f"| {x['label']} | {x['qps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {'-' if lc is None else f'{lc:.2f}'} |")
