@@ -13,7 +13,7 @@
 # "h4096" = the same model with max_history_len 4096 (median 300).
 # Each strategy (jagged, padded_flash, padded_dense) gets a closed-loop
 # concurrency ramp and an open-loop Poisson sweep at fractions of its
-# closed-loop peak (the sweep at h1024 only). Total runtime about 6 minutes. Overrides (environment):
+# closed-loop peak (the sweep at h1024 only). Total runtime about 8 minutes with the defaults. Overrides (environment):
 # DURATION_S, WARMUP_S, STRATEGIES, DEVICE, MODEL_BENCH (0 skips the
 # in-process runs), MODEL_BENCH_S, CHANNEL_SWEEP (0 skips the diagnostics),
 # H1024_CONCURRENCY, H4096_CONCURRENCY (the ramps), and the batching
