@@ -1,8 +1,8 @@
 #include "server/ranker_service.h"
 
 #include <grpcpp/server_context.h>
-#include <pthread.h>
 #include <grpcpp/support/async_unary_call.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <utility>
