@@ -231,7 +231,8 @@ done
 # jagged at DIAG_CONCURRENCY (default c256) with DIAG_CHANNELS connections
 # (default 4 16 32) and DIAG_CLIENT_THREADS completion-queue threads (default
 # none beyond the standard 4), under DIAG_POLICY (delay | idle); then two
-# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC).
+# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC);
+# then the server's completion-queue count (DIAG_CQS).
 if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   diag_c=${DIAG_CONCURRENCY:-256}
   diag_flags=()
@@ -257,6 +258,14 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     [[ ${#local_pids[@]} -gt 0 ]] && wait "${local_pids[@]}"
     stop_server
   fi
+  # Server side: Rank's completion-queue count (DIAG_CQS, e.g. "4 12"; the
+  # default is half the cores, 2 to 8), one server start each.
+  for q in ${DIAG_CQS-}; do
+    start_server "h1024_jagged_diag_cq$q" jagged "${diag_flags[@]}" --grpc-completion-queues "$q" || continue
+    run_point "diag_h1024_jagged_c${diag_c}_cq$q" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
+      --candidates-max 500 --concurrency "$diag_c"
+    stop_server
+  done
 fi
 
 for policy in ${H4096_POLICIES:-delay}; do
@@ -423,7 +432,7 @@ if in_process:
                          f"{x['candidates_per_s']:.0f} | {x['forward_ms']['p50']:.3f} | {x['forward_ms']['p99']:.3f} | {x['workspace_peak_bytes'] / 2**20:.0f} |")
     lines.append("")
 if diag:
-    lines += ["## Client diagnostics (jagged, h1024)", "", "| run | QPS | p50 ms | p99 ms | loadgen cores |", "|---|---|---|---|---|"]
+    lines += ["## Diagnostics (jagged, h1024): client connections and threads, server completion queues", "", "| run | QPS | p50 ms | p99 ms | loadgen cores |", "|---|---|---|---|---|"]
     for x in diag:
         lc = x["loadgen_cpu_cores"]
         lines.append(f"| {x['label']} | {x['qps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {'-' if lc is None else f'{lc:.2f}'} |")

@@ -75,7 +75,8 @@ RankerService::RankerService(const ServerConfig& config, ServerMetrics* metrics)
 
 RankerService::~RankerService() { StopPolling(); }
 
-int RankerService::CompletionQueueCount() {
+int RankerService::CompletionQueueCount() const {
+  if (config_.grpc_completion_queues > 0) return config_.grpc_completion_queues;
   return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
 }
 
@@ -90,10 +91,10 @@ void RankerService::AddCompletionQueues(grpc::ServerBuilder* builder) {
 void RankerService::StartPolling() {
   for (auto& queue : queues_) {
     for (int i = 0; i < kCallsRequestedPerQueue; ++i) RequestCall(queue.get());
-    queue->poller = std::thread([this, q = queue.get()] {
-      pthread_setname_np(pthread_self(), "jr-rank-cq");  // per-thread CPU in bench/serving_h200.sh
-      Poll(q);
-    });
+    queue->poller = std::thread([this, q = queue.get()] { Poll(q); });
+    // Named here, not in the thread, so the name is set when this returns
+    // (bench/serving_h200.sh reports CPU per thread name).
+    pthread_setname_np(queue->poller.native_handle(), "jr-rank-cq");
   }
 }
 

@@ -86,6 +86,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.attention));
     } else if (key == "cpu_threads") {
       RETURN_IF_ERROR(Read(v, key, &c.cpu_threads));
+    } else if (key == "grpc_completion_queues") {
+      RETURN_IF_ERROR(Read(v, key, &c.grpc_completion_queues));
     } else if (key == "max_candidates_per_request") {
       RETURN_IF_ERROR(Read(v, key, &c.max_candidates_per_request));
     } else if (key == "max_request_bytes") {
@@ -138,6 +140,11 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return Status::InvalidArgument("server config device = '" + c.device + "': must be auto, cpu, cuda or cuda:N");
   }
   if (c.cpu_threads < 0) return Status::InvalidArgument("server config cpu_threads: must be >= 0");
+  if (c.grpc_completion_queues < 0 || c.grpc_completion_queues > kMaxGrpcCompletionQueues) {
+    return Status::InvalidArgument("server config grpc_completion_queues = " +
+                                   std::to_string(c.grpc_completion_queues) + ": must be in [0, " +
+                                   std::to_string(kMaxGrpcCompletionQueues) + "] (0 = automatic)");
+  }
   RETURN_IF_ERROR(Positive(c.max_candidates_per_request, "max_candidates_per_request"));
   RETURN_IF_ERROR(Positive(c.max_request_bytes, "max_request_bytes"));
   if (c.grpc_max_receive_message_bytes < c.max_request_bytes || c.grpc_max_receive_message_bytes > INT32_MAX) {
@@ -176,6 +183,7 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " max_batch_history_tokens=" << c.batching.max_batch_history_tokens
     << " max_batch_attention_cost=" << c.batching.max_batch_attention_cost
     << " max_queue_requests=" << c.batching.max_queue_requests
+    << " grpc_completion_queues=" << c.grpc_completion_queues
     << " max_candidates_per_request=" << c.max_candidates_per_request
     << " max_request_bytes=" << c.max_request_bytes;
   return s.str();

@@ -25,6 +25,9 @@ struct BatchingConfig {
   int max_queue_requests = 2048;              // queued requests (beyond the <= 2 batches the executor holds); more -> RESOURCE_EXHAUSTED
 };
 
+// Upper limit of ServerConfig::grpc_completion_queues.
+constexpr int kMaxGrpcCompletionQueues = 64;
+
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";     // host:port of the gRPC listener (port 0 = pick one)
   std::string metrics_address = "0.0.0.0:9100";  // host:port of /metrics; empty = no metrics endpoint
@@ -33,6 +36,7 @@ struct ServerConfig {
   std::string model_weights;                     // safetensors path; empty = random weights from the config's seed
   std::string attention = "jagged";              // jagged | padded_flash | padded_dense
   int cpu_threads = 0;                           // CPU backend threads; 0 = all cores
+  int grpc_completion_queues = 0;                // Rank's completion queues, one polling thread each; 0 = half the cores, 2 to 8
   int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT
   int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
   int64_t grpc_max_receive_message_bytes = 16LL << 20;  // transport cap; above it gRPC answers RESOURCE_EXHAUSTED

@@ -31,6 +31,14 @@ TEST(ServerConfigTest, KeysOverrideAndErrorsNameTheKey) {
   EXPECT_FALSE(c.batching.dispatch_when_idle);
   ASSERT_TRUE(ParseServerConfig("batching:\n  dispatch_when_idle: true\n", &c).ok());
   EXPECT_TRUE(c.batching.dispatch_when_idle);
+  ASSERT_TRUE(ParseServerConfig("grpc_completion_queues: 3\n", &c).ok());
+  EXPECT_EQ(c.grpc_completion_queues, 3);
+  for (const char* bad_queues : {"grpc_completion_queues: 65\n", "grpc_completion_queues: -1\n"}) {
+    Status s = ParseServerConfig(bad_queues, &c);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad_queues;
+    EXPECT_NE(s.message().find("grpc_completion_queues"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("64"), std::string::npos) << s.message();
+  }
   Status bad = ParseServerConfig("batching:\n  dispatch_when_idle: sometimes\n", &c);
   EXPECT_NE(bad.message().find("batching.dispatch_when_idle"), std::string::npos) << bad.message();
 

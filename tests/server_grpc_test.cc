@@ -4,7 +4,10 @@
 // drain behave.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -106,6 +109,38 @@ TEST_F(ServerGrpcTest, SingleRequestEqualsForward) {
   auto call = SendRank(stub_.get(), request);
   ASSERT_TRUE(call->Wait(20s));
   ExpectMatchesOracle(request, *call);
+}
+
+// Threads of this process named `name` (Linux: /proc/self/task/*/comm).
+int ThreadsNamed(const std::string& name) {
+  int count = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++count;
+  }
+  closedir(dir);
+  return count;
+}
+
+// grpc_completion_queues sets how many queues (and polling threads) serve
+// Rank; calls are answered through them.
+TEST_F(ServerGrpcTest, CompletionQueueCountFollowsTheConfig) {
+  StartServer([](ServerConfig* c) { c->grpc_completion_queues = 3; });
+  EXPECT_EQ(ThreadsNamed("jr-rank-cq"), 3);
+  std::vector<v1::RankRequest> requests;
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(MakeRequest(70 + i, 3, 2 + i, model_config_));
+    calls.push_back(SendRank(stub_.get(), requests.back()));
+  }
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s));
+    ExpectMatchesOracle(requests[i], *calls[i]);
+  }
 }
 
 TEST_F(ServerGrpcTest, GetModelInfoDescribesTheModel) {
