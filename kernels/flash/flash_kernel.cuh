@@ -91,6 +91,34 @@ __device__ __forceinline__ int ValidKeyCount(const AttentionParams& p, int b, in
   return k_len;
 }
 
+// What one CTA computes: query rows m0 .. m0 + rows - 1 of sequence b, head h.
+struct FlashTile {
+  int b, h;
+  int q_start, m0, rows;  // the sequence's first query row; the tile's first row; valid rows in the tile
+  int k_start, k_len;     // the sequence's first key row; valid keys
+};
+
+// Locates this CTA's tile: blockIdx.x runs over query blocks of kBlockM rows
+// within (sequence, head), sequences in maybe_order (null = batch order).
+// False when the block starts past the sequence's end (nothing to do).
+template <int kBlockM>
+__device__ __forceinline__ bool LocateFlashTile(const AttentionParams& p, const int* maybe_order, FlashTile* t) {
+  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
+  const int bh = blockIdx.x / m_blocks;
+  const int m_block = blockIdx.x - bh * m_blocks;
+  const int rank = bh / p.num_heads;
+  t->h = bh - rank * p.num_heads;
+  t->b = maybe_order != nullptr ? maybe_order[rank] : rank;
+  t->q_start = p.q_offsets[t->b];
+  const int q_len = p.q_offsets[t->b + 1] - t->q_start;
+  t->m0 = m_block * kBlockM;
+  if (t->m0 >= q_len) return false;
+  t->rows = min(kBlockM, q_len - t->m0);
+  t->k_start = p.k_offsets[t->b];
+  t->k_len = ValidKeyCount(p, t->b, p.k_offsets[t->b + 1] - t->k_start);
+  return true;
+}
+
 // ------------------------------------------------------- bf16 tensor-core kernel
 
 // bf16 (1, 8, 7 bits) 1.0 in both halves: the B operand of the row-sum MMA.
@@ -121,19 +149,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kDTiles = kD / 8;              // n8 MMA tiles of O
   constexpr bool kPackedExp = Traits::kPackedExp;
 
-  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
-  const int bh = blockIdx.x / m_blocks;
-  const int m_block = blockIdx.x - bh * m_blocks;
-  const int rank = bh / p.num_heads;
-  const int h = bh - rank * p.num_heads;
-  const int b = maybe_order != nullptr ? maybe_order[rank] : rank;
-  const int q_start = p.q_offsets[b];
-  const int q_len = p.q_offsets[b + 1] - q_start;
-  const int m0 = m_block * kBlockM;
-  if (m0 >= q_len) return;
-  const int rows = min(kBlockM, q_len - m0);  // valid query rows of this tile
-  const int k_start = p.k_offsets[b];
-  const int k_len = ValidKeyCount(p, b, p.k_offsets[b + 1] - k_start);
+  FlashTile tile;
+  if (!LocateFlashTile<kBlockM>(p, maybe_order, &tile)) return;
+  const int h = tile.h, q_start = tile.q_start, m0 = tile.m0, rows = tile.rows;  // rows: valid query rows
+  const int k_start = tile.k_start, k_len = tile.k_len;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -424,18 +443,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int kCols = Traits::kColsPerLane;
   constexpr int kKStride = Traits::kKStride;
 
-  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
-  const int bh = blockIdx.x / m_blocks;
-  const int m_block = blockIdx.x - bh * m_blocks;
-  const int b = bh / p.num_heads;
-  const int h = bh - b * p.num_heads;
-  const int q_start = p.q_offsets[b];
-  const int q_len = p.q_offsets[b + 1] - q_start;
-  const int m0 = m_block * kBlockM;
-  if (m0 >= q_len) return;
-  const int rows = min(kBlockM, q_len - m0);
-  const int k_start = p.k_offsets[b];
-  const int k_len = ValidKeyCount(p, b, p.k_offsets[b + 1] - k_start);
+  FlashTile tile;
+  if (!LocateFlashTile<kBlockM>(p, nullptr, &tile)) return;
+  const int h = tile.h, q_start = tile.q_start, m0 = tile.m0, rows = tile.rows;  // rows: valid query rows
+  const int k_start = tile.k_start, k_len = tile.k_len;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;

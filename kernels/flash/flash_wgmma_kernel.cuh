@@ -228,19 +228,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kPrefetch = Traits::kPrefetch;
   constexpr bool kOverlap = Traits::kOverlap;
 
-  const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
-  const int bh = blockIdx.x / m_blocks;
-  const int m_block = blockIdx.x - bh * m_blocks;
-  const int rank = bh / p.num_heads;
-  const int h = bh - rank * p.num_heads;
-  const int b = maybe_order != nullptr ? maybe_order[rank] : rank;
-  const int q_start = p.q_offsets[b];
-  const int q_len = p.q_offsets[b + 1] - q_start;
-  const int m0 = m_block * kBlockM;
-  if (m0 >= q_len) return;
-  const int rows = min(kBlockM, q_len - m0);  // valid query rows of this tile
-  const int k_start = p.k_offsets[b];
-  const int k_len = ValidKeyCount(p, b, p.k_offsets[b + 1] - k_start);
+  FlashTile tile;
+  if (!LocateFlashTile<kBlockM>(p, maybe_order, &tile)) return;
+  const int h = tile.h, q_start = tile.q_start, m0 = tile.m0, rows = tile.rows;  // rows: valid query rows
+  const int k_start = tile.k_start, k_len = tile.k_len;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
