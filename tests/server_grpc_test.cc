@@ -79,6 +79,22 @@ class ServerGrpcTest : public ::testing::Test {
     EXPECT_EQ(call.response.model_version(), oracle_->version());
   }
 
+  // Opens the gate on the held call `first` (of `blocker`), checks that it
+  // and a later call are answered (so whatever was queued between them was
+  // handled), and that candidate id `never_id` never reached the model.
+  void ReleaseThenExpectNeverComputed(const v1::RankRequest& blocker, PendingCall* first, int later_seed,
+                                      int64_t never_id, const char* what) {
+    gate_.Open();
+    ASSERT_TRUE(first->Wait(20s));
+    ExpectMatchesOracle(blocker, *first);
+    const v1::RankRequest after = MakeRequest(later_seed, 2, 2, model_config_);
+    auto next = SendRank(stub_.get(), after);
+    ASSERT_TRUE(next->Wait(20s));
+    ExpectMatchesOracle(after, *next);
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_EQ(log_.candidate_ids.count(never_id), 0u) << "the " << what << " request was computed";
+  }
+
   grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service,
                                                               grpc::Status* status = nullptr) {
     auto stub = grpc::health::v1::Health::NewStub(channel_);
@@ -301,18 +317,7 @@ TEST_F(ServerGrpcTest, ExpiredDeadlineIsNeverComputed) {
   // delay (a few ms on a loaded machine); let it pass before the staged
   // victim may compute, as in the staged-batch test below.
   std::this_thread::sleep_for(50ms);
-  gate_.Open();
-  ASSERT_TRUE(first->Wait(20s));
-  ExpectMatchesOracle(blocker, *first);
-  // A later call completes only after anything queued before it was handled.
-  const v1::RankRequest after = MakeRequest(13, 2, 2, model_config_);
-  auto next = SendRank(stub_.get(), after);
-  ASSERT_TRUE(next->Wait(20s));
-  ExpectMatchesOracle(after, *next);
-  {
-    std::lock_guard<std::mutex> lock(log_.mu);
-    EXPECT_EQ(log_.candidate_ids.count(777777777), 0u) << "the expired request was computed";
-  }
+  ASSERT_NO_FATAL_FAILURE(ReleaseThenExpectNeverComputed(blocker, first.get(), 13, 777777777, "expired"));
   EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
 }
 
@@ -417,18 +422,7 @@ TEST_F(ServerGrpcTest, CancelledCallIsNeverComputed) {
   // and nothing outside shows when: let it 300 ms before the held batch ends
   // and the cancelled call's batch may compute.
   std::this_thread::sleep_for(300ms);
-  gate_.Open();
-  ASSERT_TRUE(first->Wait(20s));
-  ExpectMatchesOracle(blocker, *first);
-  // A later call completes only after anything queued before it was handled.
-  const v1::RankRequest after = MakeRequest(43, 2, 2, model_config_);
-  auto next = SendRank(stub_.get(), after);
-  ASSERT_TRUE(next->Wait(20s));
-  ExpectMatchesOracle(after, *next);
-  {
-    std::lock_guard<std::mutex> lock(log_.mu);
-    EXPECT_EQ(log_.candidate_ids.count(999999999), 0u) << "the cancelled request was computed";
-  }
+  ASSERT_NO_FATAL_FAILURE(ReleaseThenExpectNeverComputed(blocker, first.get(), 43, 999999999, "cancelled"));
   EXPECT_EQ(metrics_.rejected("cancelled"), 1);
   EXPECT_EQ(metrics_.done("CANCELLED"), 1);
 }
