@@ -16,7 +16,10 @@
 # closed-loop peak (the sweep at h1024 only). Total runtime about 8 minutes with the defaults. Overrides (environment):
 # DURATION_S, WARMUP_S, STRATEGIES, DEVICE, MODEL_BENCH (0 skips the
 # in-process runs), MODEL_BENCH_S, CHANNEL_SWEEP (0 skips the diagnostics),
-# H1024_CONCURRENCY, H4096_CONCURRENCY (the ramps), and the batching
+# H1024_CONCURRENCY, H4096_CONCURRENCY (the ramps; H1024_DENSE_CONCURRENCY,
+# H4096_DENSE_CONCURRENCY replace them for padded_dense, whose p99 passes
+# 20 ms at far lower loads), the
+# diagnostics' DIAG_* (below), and the batching
 # policies: WORKLOADS (default "h1024 h4096"), OPEN_FRACTIONS (of the
 # closed-loop peak, default "0.5 0.8 0.95"), H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICIES. "delay" = close a batch on a budget or after
@@ -166,7 +169,10 @@ bench_workload() {  # bench_workload NAME CONCURRENCIES RATE_FRACTIONS model-fla
   for attention in $STRATEGIES; do
     local tag=${name}_${attention}
     start_server "$tag" "$attention" "${model_flags[@]}" "${policy_flags[@]}" || continue
-    for c in $concurrencies; do
+    local ramp=$concurrencies dense_ramp=${name%-idle}
+    dense_ramp=${dense_ramp^^}_DENSE_CONCURRENCY  # e.g. H4096_DENSE_CONCURRENCY
+    [[ $attention == padded_dense && -n ${!dense_ramp:-} ]] && ramp=${!dense_ramp}
+    for c in $ramp; do
       run_point "${tag}_c$c" "${workload_flags[@]}" --concurrency "$c"
     done
     local peak
@@ -257,6 +263,20 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     done
     [[ ${#local_pids[@]} -gt 0 ]] && wait "${local_pids[@]}"
     stop_server
+  fi
+  # Abseil's lock-order checker left on (DIAG_ABSL_CHECK=1) in the server
+  # and the loadgen, as before ConfigureGrpcProcess turned it off: the A/B of
+  # that change in one call, at each of DIAG_ABSL_CONCURRENCY.
+  if [[ ${DIAG_ABSL_CHECK:-0} == 1 ]]; then
+    export JAGRANK_ABSL_DEADLOCK_CHECK=1
+    if start_server h1024_jagged_diag_abslcheck jagged "${diag_flags[@]}"; then
+      for c in ${DIAG_ABSL_CONCURRENCY:-$diag_c}; do
+        run_point "diag_h1024_jagged_c${c}_abslcheck" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
+          --candidates-max 500 --concurrency "$c"
+      done
+      stop_server
+    fi
+    unset JAGRANK_ABSL_DEADLOCK_CHECK
   fi
   # Server side: Rank's completion-queue count (DIAG_CQS, e.g. "4 12"; the
   # default is half the cores, 2 to 8), one server start each.

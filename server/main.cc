@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "server/flags.h"
+#include "server/grpc_process.h"
 #include "server/metrics.h"
 #include "server/prometheus_metrics.h"
 #include "server/server.h"
@@ -109,6 +110,9 @@ int Main(int argc, char** argv) {
   }
   if (help) return 0;
   spdlog::set_level(spdlog::level::from_str(config.log_level));
+  if (ConfigureGrpcProcess()) {
+    spdlog::warn("JAGRANK_ABSL_DEADLOCK_CHECK=1: Abseil's lock-order checker stays on (slow, for debugging)");
+  }
 
   // A handler rather than sigwait: libraries start threads before main (the
   // BLAS pool), and a signal landing on one of those would otherwise take the

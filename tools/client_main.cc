@@ -15,6 +15,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "server/flags.h"
+#include "server/grpc_process.h"
 
 namespace jagrank {
 namespace {
@@ -185,4 +186,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace jagrank
 
-int main(int argc, char** argv) { return jagrank::Main(argc, argv); }
+int main(int argc, char** argv) {
+  jagrank::ConfigureGrpcProcess();
+  return jagrank::Main(argc, argv);
+}

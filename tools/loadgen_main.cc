@@ -39,6 +39,7 @@
 
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "server/flags.h"
+#include "server/grpc_process.h"
 
 namespace jagrank {
 namespace {
@@ -494,4 +495,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace jagrank
 
-int main(int argc, char** argv) { return jagrank::Main(argc, argv); }
+int main(int argc, char** argv) {
+  jagrank::ConfigureGrpcProcess();
+  return jagrank::Main(argc, argv);
+}
