@@ -45,7 +45,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   bool dispatch_when_idle = d.batching.dispatch_when_idle;
   int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
       max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads,
-      grpc_completion_queues = d.grpc_completion_queues;
+      grpc_completion_queues = d.grpc_completion_queues, grpc_max_concurrent_streams = d.grpc_max_concurrent_streams;
   FlagParser flags("jagrank-server: the jagrank gRPC ranking server");
   flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
   flags.Add("grpc-address", &grpc_address, "gRPC listen address host:port");
@@ -67,6 +67,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("cpu-threads", &cpu_threads, "CPU backend threads (0 = all cores)");
   flags.Add("grpc-completion-queues", &grpc_completion_queues,
             "Rank's completion queues, one polling thread each (0 = half the cores, 2 to 8)");
+  flags.Add("grpc-max-concurrent-streams", &grpc_max_concurrent_streams,
+            "calls open at once per client connection; more wait in the client (0 = no limit)");
   flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
   RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
@@ -89,6 +91,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("log-level")) config->log_level = log_level;
   if (flags.IsSet("cpu-threads")) config->cpu_threads = cpu_threads;
   if (flags.IsSet("grpc-completion-queues")) config->grpc_completion_queues = grpc_completion_queues;
+  if (flags.IsSet("grpc-max-concurrent-streams")) config->grpc_max_concurrent_streams = grpc_max_concurrent_streams;
   if (flags.IsSet("max-candidates-per-request")) config->max_candidates_per_request = max_candidates_per_request;
   if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
   if (flags.IsSet("dispatch-when-idle")) config->batching.dispatch_when_idle = dispatch_when_idle;

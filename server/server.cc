@@ -103,6 +103,11 @@ Status JagrankServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
   service_->AddCompletionQueues(&builder);
+  if (config_.grpc_max_concurrent_streams > 0) {
+    // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls beyond it wait in the
+    // client's channel instead of opening streams here.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config_.grpc_max_concurrent_streams);
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));

@@ -88,6 +88,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.cpu_threads));
     } else if (key == "grpc_completion_queues") {
       RETURN_IF_ERROR(Read(v, key, &c.grpc_completion_queues));
+    } else if (key == "grpc_max_concurrent_streams") {
+      RETURN_IF_ERROR(Read(v, key, &c.grpc_max_concurrent_streams));
     } else if (key == "max_candidates_per_request") {
       RETURN_IF_ERROR(Read(v, key, &c.max_candidates_per_request));
     } else if (key == "max_request_bytes") {
@@ -145,6 +147,11 @@ Status ValidateServerConfig(const ServerConfig& c) {
                                    std::to_string(c.grpc_completion_queues) + ": must be in [0, " +
                                    std::to_string(kMaxGrpcCompletionQueues) + "] (0 = automatic)");
   }
+  if (c.grpc_max_concurrent_streams < 0 || c.grpc_max_concurrent_streams > kMaxGrpcConcurrentStreams) {
+    return Status::InvalidArgument("server config grpc_max_concurrent_streams = " +
+                                   std::to_string(c.grpc_max_concurrent_streams) + ": must be in [0, " +
+                                   std::to_string(kMaxGrpcConcurrentStreams) + "] (0 = gRPC's default, no limit)");
+  }
   RETURN_IF_ERROR(Positive(c.max_candidates_per_request, "max_candidates_per_request"));
   RETURN_IF_ERROR(Positive(c.max_request_bytes, "max_request_bytes"));
   if (c.grpc_max_receive_message_bytes < c.max_request_bytes || c.grpc_max_receive_message_bytes > INT32_MAX) {
@@ -184,6 +191,7 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " max_batch_attention_cost=" << c.batching.max_batch_attention_cost
     << " max_queue_requests=" << c.batching.max_queue_requests
     << " grpc_completion_queues=" << c.grpc_completion_queues
+    << " grpc_max_concurrent_streams=" << c.grpc_max_concurrent_streams
     << " max_candidates_per_request=" << c.max_candidates_per_request
     << " max_request_bytes=" << c.max_request_bytes;
   return s.str();

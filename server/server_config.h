@@ -27,6 +27,8 @@ struct BatchingConfig {
 
 // Upper limit of ServerConfig::grpc_completion_queues.
 constexpr int kMaxGrpcCompletionQueues = 64;
+// Upper limit of ServerConfig::grpc_max_concurrent_streams.
+constexpr int kMaxGrpcConcurrentStreams = 1 << 20;
 
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";     // host:port of the gRPC listener (port 0 = pick one)
@@ -37,6 +39,7 @@ struct ServerConfig {
   std::string attention = "jagged";              // jagged | padded_flash | padded_dense
   int cpu_threads = 0;                           // CPU backend threads; 0 = all cores
   int grpc_completion_queues = 0;                // Rank's completion queues, one polling thread each; 0 = half the cores, 2 to 8
+  int grpc_max_concurrent_streams = 0;           // calls open at once per connection (HTTP/2 SETTINGS); 0 = gRPC's default (no limit)
   int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT
   int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
   int64_t grpc_max_receive_message_bytes = 16LL << 20;  // transport cap; above it gRPC answers RESOURCE_EXHAUSTED

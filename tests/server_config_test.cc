@@ -39,6 +39,14 @@ TEST(ServerConfigTest, KeysOverrideAndErrorsNameTheKey) {
     EXPECT_NE(s.message().find("grpc_completion_queues"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("64"), std::string::npos) << s.message();
   }
+  ASSERT_TRUE(ParseServerConfig("grpc_max_concurrent_streams: 128\n", &c).ok());
+  EXPECT_EQ(c.grpc_max_concurrent_streams, 128);
+  for (const char* bad_streams : {"grpc_max_concurrent_streams: -1\n", "grpc_max_concurrent_streams: 1048577\n"}) {
+    Status s = ParseServerConfig(bad_streams, &c);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad_streams;
+    EXPECT_NE(s.message().find("grpc_max_concurrent_streams"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("1048576"), std::string::npos) << s.message();
+  }
   Status bad = ParseServerConfig("batching:\n  dispatch_when_idle: sometimes\n", &c);
   EXPECT_NE(bad.message().find("batching.dispatch_when_idle"), std::string::npos) << bad.message();
 

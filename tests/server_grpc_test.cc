@@ -159,6 +159,47 @@ TEST_F(ServerGrpcTest, CompletionQueueCountFollowsTheConfig) {
   }
 }
 
+// grpc_max_concurrent_streams caps the calls one connection has open: with
+// 1, a second call on the same channel waits in the client while the first
+// is held in the model, so it is never staged; it runs once the first ends.
+// (Without the cap the executor stages it beside the held batch.)
+TEST_F(ServerGrpcTest, MaxConcurrentStreamsHoldsExtraCallsInTheClient) {
+  StartServer([](ServerConfig* c) {
+    c->grpc_max_concurrent_streams = 1;
+    c->batching.max_queue_delay_us = 0;
+  });
+  gate_.Close();
+  const v1::RankRequest blocker = MakeRequest(61, 4, 3, model_config_);
+  auto first = SendRank(stub_.get(), blocker);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  const v1::RankRequest second = MakeRequest(62, 4, 2, model_config_);
+  auto waiting = SendRank(stub_.get(), second);
+  EXPECT_FALSE(log_.WaitStagedCount(2, 500ms)) << "the second call reached the server past the stream cap";
+  EXPECT_FALSE(waiting->Wait(0ms));
+  gate_.Open();
+  ASSERT_TRUE(first->Wait(20s));
+  ExpectMatchesOracle(blocker, *first);
+  ASSERT_TRUE(waiting->Wait(20s));
+  ExpectMatchesOracle(second, *waiting);
+}
+
+// The same two calls without the cap: the second is staged while the first
+// is held (the control for the test above).
+TEST_F(ServerGrpcTest, WithoutAStreamCapTheSecondCallIsStagedBesideTheHeldOne) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  gate_.Close();
+  const v1::RankRequest blocker = MakeRequest(63, 4, 3, model_config_);
+  auto first = SendRank(stub_.get(), blocker);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  const v1::RankRequest second = MakeRequest(64, 4, 2, model_config_);
+  auto staged = SendRank(stub_.get(), second);
+  EXPECT_TRUE(log_.WaitStagedCount(2, 10s));
+  gate_.Open();
+  ASSERT_TRUE(first->Wait(20s));
+  ASSERT_TRUE(staged->Wait(20s));
+  ExpectMatchesOracle(second, *staged);
+}
+
 TEST_F(ServerGrpcTest, GetModelInfoDescribesTheModel) {
   StartServer();
   grpc::ClientContext context;
