@@ -183,10 +183,13 @@ TEST_F(ServerGrpcTest, MaxConcurrentStreamsHoldsExtraCallsInTheClient) {
   ExpectMatchesOracle(second, *waiting);
 }
 
-// The same two calls without the cap: the second is staged while the first
+// The same two calls with 0 (no cap): the second is staged while the first
 // is held (the control for the test above).
 TEST_F(ServerGrpcTest, WithoutAStreamCapTheSecondCallIsStagedBesideTheHeldOne) {
-  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  StartServer([](ServerConfig* c) {
+    c->grpc_max_concurrent_streams = 0;
+    c->batching.max_queue_delay_us = 0;
+  });
   gate_.Close();
   const v1::RankRequest blocker = MakeRequest(63, 4, 3, model_config_);
   auto first = SendRank(stub_.get(), blocker);
