@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -143,6 +144,32 @@ TEST_F(ServerProcessTest, SecondServerOnTheSamePortFailsToStart) {
   v1::GetModelInfoRequest request;
   v1::ModelInfo info;
   EXPECT_TRUE(stub_->GetModelInfo(&context, request, &info).ok());
+}
+
+// main() runs ConfigureGrpcProcess before any gRPC object: with
+// JAGRANK_ABSL_DEADLOCK_CHECK=1 it says the checker stays on; without it
+// nothing is said (the checker is off: server_grpc_process_test). A missing
+// model config makes each server exit right after.
+TEST_F(ServerProcessTest, MainConfiguresAbseilBeforeStarting) {
+  for (const bool keep : {true, false}) {
+    if (keep) {
+      setenv("JAGRANK_ABSL_DEADLOCK_CHECK", "1", 1);
+    } else {
+      unsetenv("JAGRANK_ABSL_DEADLOCK_CHECK");
+    }
+    const std::string log = dir_ + (keep ? "/checker_on.log" : "/checker_off.log");
+    const pid_t server = Spawn({JAGRANK_SERVER_BINARY, "--grpc-address", "127.0.0.1:0", "--metrics-address", "",
+                                "--device", "cpu", "--model-config", dir_ + "/missing.yaml"},
+                               log);
+    unsetenv("JAGRANK_ABSL_DEADLOCK_CHECK");
+    ASSERT_GT(server, 0);
+    int status = 0;
+    ASSERT_TRUE(WaitExit(server, 30s, &status)) << ReadFile(log);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << ReadFile(log);
+    const std::string text = ReadFile(log);
+    EXPECT_NE(text.find("missing.yaml"), std::string::npos) << text;
+    EXPECT_EQ(text.find("lock-order checker stays on") != std::string::npos, keep) << text;
+  }
 }
 
 // Closed-loop load from 16 callers; SIGTERM in the middle. Every call must
