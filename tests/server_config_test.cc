@@ -31,22 +31,22 @@ TEST(ServerConfigTest, KeysOverrideAndErrorsNameTheKey) {
   EXPECT_FALSE(c.batching.dispatch_when_idle);
   ASSERT_TRUE(ParseServerConfig("batching:\n  dispatch_when_idle: true\n", &c).ok());
   EXPECT_TRUE(c.batching.dispatch_when_idle);
+  // Each value of `key` is refused, naming the key and the upper limit.
+  auto expect_refused = [&c](const std::string& key, std::initializer_list<const char*> values, const char* limit) {
+    for (const char* value : values) {
+      const std::string yaml = key + ": " + value + "\n";
+      Status s = ParseServerConfig(yaml, &c);
+      EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << yaml;
+      EXPECT_NE(s.message().find(key), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find(limit), std::string::npos) << s.message();
+    }
+  };
   ASSERT_TRUE(ParseServerConfig("grpc_completion_queues: 3\n", &c).ok());
   EXPECT_EQ(c.grpc_completion_queues, 3);
-  for (const char* bad_queues : {"grpc_completion_queues: 65\n", "grpc_completion_queues: -1\n"}) {
-    Status s = ParseServerConfig(bad_queues, &c);
-    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad_queues;
-    EXPECT_NE(s.message().find("grpc_completion_queues"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("64"), std::string::npos) << s.message();
-  }
+  expect_refused("grpc_completion_queues", {"65", "-1"}, "64");
   ASSERT_TRUE(ParseServerConfig("grpc_max_concurrent_streams: 128\n", &c).ok());
   EXPECT_EQ(c.grpc_max_concurrent_streams, 128);
-  for (const char* bad_streams : {"grpc_max_concurrent_streams: -1\n", "grpc_max_concurrent_streams: 1048577\n"}) {
-    Status s = ParseServerConfig(bad_streams, &c);
-    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad_streams;
-    EXPECT_NE(s.message().find("grpc_max_concurrent_streams"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("1048576"), std::string::npos) << s.message();
-  }
+  expect_refused("grpc_max_concurrent_streams", {"-1", "1048577"}, "1048576");
   Status bad = ParseServerConfig("batching:\n  dispatch_when_idle: sometimes\n", &c);
   EXPECT_NE(bad.message().find("batching.dispatch_when_idle"), std::string::npos) << bad.message();
 

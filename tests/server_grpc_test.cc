@@ -95,6 +95,23 @@ class ServerGrpcTest : public ::testing::Test {
     EXPECT_EQ(log_.candidate_ids.count(never_id), 0u) << "the " << what << " request was computed";
   }
 
+  // Starts a server with `max_streams` per connection and no batching delay,
+  // holds a call of `blocker` (seed `seed`) in the model, then sends `second`
+  // (seed `seed` + 1) on the same channel.
+  void HoldOneCallThenSendAnother(int max_streams, int seed, v1::RankRequest* blocker, v1::RankRequest* second,
+                                  std::unique_ptr<PendingCall>* first, std::unique_ptr<PendingCall>* next) {
+    StartServer([max_streams](ServerConfig* c) {
+      c->grpc_max_concurrent_streams = max_streams;
+      c->batching.max_queue_delay_us = 0;
+    });
+    *blocker = MakeRequest(seed, 4, 3, model_config_);
+    *second = MakeRequest(seed + 1, 4, 2, model_config_);
+    gate_.Close();
+    *first = SendRank(stub_.get(), *blocker);
+    ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+    *next = SendRank(stub_.get(), *second);
+  }
+
   grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service,
                                                               grpc::Status* status = nullptr) {
     auto stub = grpc::health::v1::Health::NewStub(channel_);
@@ -164,16 +181,9 @@ TEST_F(ServerGrpcTest, CompletionQueueCountFollowsTheConfig) {
 // is held in the model, so it is never staged; it runs once the first ends.
 // (Without the cap the executor stages it beside the held batch.)
 TEST_F(ServerGrpcTest, MaxConcurrentStreamsHoldsExtraCallsInTheClient) {
-  StartServer([](ServerConfig* c) {
-    c->grpc_max_concurrent_streams = 1;
-    c->batching.max_queue_delay_us = 0;
-  });
-  gate_.Close();
-  const v1::RankRequest blocker = MakeRequest(61, 4, 3, model_config_);
-  auto first = SendRank(stub_.get(), blocker);
-  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
-  const v1::RankRequest second = MakeRequest(62, 4, 2, model_config_);
-  auto waiting = SendRank(stub_.get(), second);
+  v1::RankRequest blocker, second;
+  std::unique_ptr<PendingCall> first, waiting;
+  ASSERT_NO_FATAL_FAILURE(HoldOneCallThenSendAnother(1, 61, &blocker, &second, &first, &waiting));
   EXPECT_FALSE(log_.WaitStagedCount(2, 500ms)) << "the second call reached the server past the stream cap";
   EXPECT_FALSE(waiting->Wait(0ms));
   gate_.Open();
@@ -186,16 +196,9 @@ TEST_F(ServerGrpcTest, MaxConcurrentStreamsHoldsExtraCallsInTheClient) {
 // The same two calls with 0 (no cap): the second is staged while the first
 // is held (the control for the test above).
 TEST_F(ServerGrpcTest, WithoutAStreamCapTheSecondCallIsStagedBesideTheHeldOne) {
-  StartServer([](ServerConfig* c) {
-    c->grpc_max_concurrent_streams = 0;
-    c->batching.max_queue_delay_us = 0;
-  });
-  gate_.Close();
-  const v1::RankRequest blocker = MakeRequest(63, 4, 3, model_config_);
-  auto first = SendRank(stub_.get(), blocker);
-  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
-  const v1::RankRequest second = MakeRequest(64, 4, 2, model_config_);
-  auto staged = SendRank(stub_.get(), second);
+  v1::RankRequest blocker, second;
+  std::unique_ptr<PendingCall> first, staged;
+  ASSERT_NO_FATAL_FAILURE(HoldOneCallThenSendAnother(0, 63, &blocker, &second, &first, &staged));
   EXPECT_TRUE(log_.WaitStagedCount(2, 10s));
   gate_.Open();
   ASSERT_TRUE(first->Wait(20s));
