@@ -21,7 +21,9 @@
 # 20 ms at far lower loads), the
 # diagnostics' DIAG_* (below), and the batching
 # policies: WORKLOADS (default "h1024 h4096"), OPEN_FRACTIONS (of the
-# closed-loop peak, default "0.5 0.8 0.95"), H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# closed-loop peak, default "0.5 0.8 0.95"; "" runs none), TRANSPORT (tcp or
+# uds, below), SERVER_EXTRA_FLAGS and LOADGEN_EXTRA_FLAGS (appended to
+# every server's and loadgen's flags), H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICIES. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
@@ -38,6 +40,14 @@ BIN=$BUNDLE/bin
 DURATION_S=${DURATION_S:-5}
 WARMUP_S=${WARMUP_S:-1}
 GRPC_PORT=18500
+# TRANSPORT=tcp (default): the loadgen talks to the server over loopback TCP.
+# TRANSPORT=uds: over a Unix domain socket (gRPC's unix: address), as a
+# client on the same host (a sidecar) would; no TCP/IP stack per message.
+case ${TRANSPORT:-tcp} in
+  tcp) GRPC_TARGET=127.0.0.1:$GRPC_PORT ;;
+  uds) GRPC_TARGET=unix:/tmp/jagrank-serving-h200-$$.sock ;;
+  *) echo "TRANSPORT must be tcp or uds, not '$TRANSPORT'" >&2; exit 2 ;;
+esac
 METRICS_PORT=19100
 STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
 # Server batching for the GPU: bigger batches than the CPU defaults, and the
@@ -53,7 +63,15 @@ SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidate
 # 121k in one call (session 4, call 8): gRPC handles each connection's
 # transport work on one thread at a time, so few connections serialise.
 LOADGEN_FLAGS=(--channels "${LOADGEN_CHANNELS:-32}" --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024
-               --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S")
+               --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" ${LOADGEN_EXTRA_FLAGS:-})
+# SERVER_CPUS, LOADGEN_CPUS: CPU lists for taskset (e.g. 0-15 and 16-31 on a
+# 32-core host: the loadgen on cores of its own, as on a second machine).
+# Unset: no pinning, server and loadgen share every core. GPU_INDEX (default
+# 0): the GPU nvidia-smi samples; set CUDA_VISIBLE_DEVICES to match.
+SERVER_RUN=()
+LOADGEN_RUN=()
+[[ -n ${SERVER_CPUS:-} ]] && SERVER_RUN=(taskset -c "$SERVER_CPUS")
+[[ -n ${LOADGEN_CPUS:-} ]] && LOADGEN_RUN=(taskset -c "$LOADGEN_CPUS")
 
 SERVER_PID=""
 SMI_PID=""
@@ -83,11 +101,11 @@ PY
 start_server() {  # start_server NAME ATTENTION [extra flags...]
   local name=$1 attention=$2
   shift 2
-  "$BIN/jagrank-server" --grpc-address 127.0.0.1:$GRPC_PORT --metrics-address 127.0.0.1:$METRICS_PORT \
-    --attention "$attention" "${SERVER_FLAGS[@]}" "$@" >"$OUT/$name.server.log" 2>&1 &
+  "${SERVER_RUN[@]}" "$BIN/jagrank-server" --grpc-address $GRPC_TARGET --metrics-address 127.0.0.1:$METRICS_PORT \
+    --attention "$attention" "${SERVER_FLAGS[@]}" ${SERVER_EXTRA_FLAGS:-} "$@" >"$OUT/$name.server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 600); do
-    if "$BIN/jagrank-client" --address 127.0.0.1:$GRPC_PORT --health --timeout-ms 500 >/dev/null 2>&1; then
+    if "$BIN/jagrank-client" --address $GRPC_TARGET --health --timeout-ms 500 >/dev/null 2>&1; then
       log "$name: SERVING ($(grep -o 'device=[^ ]*' "$OUT/$name.server.log" | head -1))"
       return 0
     fi
@@ -135,7 +153,7 @@ run_point() {  # run_point LABEL workload-flags... -- load-flags...
   local label=$1
   shift
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 \
+    nvidia-smi --id="${GPU_INDEX:-0}" --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 \
       >"$OUT/$label.gpu.csv" 2>/dev/null &
     SMI_PID=$!
   fi
@@ -144,7 +162,7 @@ run_point() {  # run_point LABEL workload-flags... -- load-flags...
   host_cpu "$OUT/$label.host-before"
   local t0
   t0=$(date +%s.%N)
-  "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
+  "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $GRPC_TARGET --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
     --json-out "$OUT/$label.json" 2>/dev/null | tail -n +2
   thread_cpu "$SERVER_PID" "$OUT/$label.cpu-after"
   host_cpu "$OUT/$label.host-after"
@@ -234,7 +252,7 @@ WORKLOADS=${WORKLOADS:-h1024 h4096}
 for policy in ${H1024_POLICIES:-delay}; do
   [[ " $WORKLOADS " == *" h1024 "* ]] || break
   bench_workload "h1024$(policy_suffix "$policy")" "${H1024_CONCURRENCY:-8 32 64 128 256 384 512}" \
-    "${OPEN_FRACTIONS:-0.5 0.8 0.95}" -- \
+    "${OPEN_FRACTIONS-0.5 0.8 0.95}" -- \
     --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
 done
 
@@ -260,7 +278,7 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     # Is one loadgen process the bound? Two at half the concurrency each, side by side.
     local_pids=()
     for p in $([[ ${DIAG_TWO_PROC:-1} == 1 ]] && echo a b); do
-      "$BIN/jagrank-loadgen" --address 127.0.0.1:$GRPC_PORT --label "diag_h1024_jagged_2proc_c$((diag_c / 2))_$p" \
+      "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $GRPC_TARGET --label "diag_h1024_jagged_2proc_c$((diag_c / 2))_$p" \
         "${LOADGEN_FLAGS[@]}" --seed "$([[ $p == a ]] && echo 1 || echo 2)" --history-median 100 --history-sigma 1.0 \
         --candidates-min 50 --candidates-max 500 --concurrency $((diag_c / 2)) \
         --json-out "$OUT/diag_h1024_jagged_2proc_c$((diag_c / 2))_$p.json" >/dev/null 2>&1 &

@@ -2,6 +2,9 @@
 
 #include <absl/synchronization/mutex.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,6 +15,45 @@ bool ConfigureGrpcProcess() {
   if (keep != nullptr && std::strcmp(keep, "1") == 0) return true;
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return false;
+}
+
+Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<std::string>& reserved,
+                            const std::string& field, std::vector<GrpcChannelArg>* out) {
+  std::vector<GrpcChannelArg> args;
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      return Status::InvalidArgument(field + ": '" + item + "' is not name=value");
+    }
+    GrpcChannelArg arg;
+    arg.name = item.substr(0, eq);
+    arg.value = item.substr(eq + 1);
+    if (arg.name.rfind("grpc.", 0) != 0) {
+      return Status::InvalidArgument(field + ": '" + arg.name + "' is not a gRPC channel argument (names start with 'grpc.')");
+    }
+    if (std::find(reserved.begin(), reserved.end(), arg.name) != reserved.end()) {
+      return Status::InvalidArgument(field + ": '" + arg.name + "' is set from its own setting; change that instead");
+    }
+    for (const GrpcChannelArg& seen : args) {
+      if (seen.name == arg.name) return Status::InvalidArgument(field + ": '" + arg.name + "' is given twice");
+    }
+    errno = 0;
+    char* rest = nullptr;
+    const long long n = std::strtoll(arg.value.c_str(), &rest, 10);
+    if (errno == 0 && rest != nullptr && *rest == '\0' && n >= INT_MIN && n <= INT_MAX) {
+      arg.is_int = true;
+      arg.int_value = static_cast<int>(n);
+    }
+    args.push_back(std::move(arg));
+  }
+  if (!spec.empty() && spec.back() == ',') return Status::InvalidArgument(field + ": ends with ','");
+  *out = std::move(args);
+  return Status::Ok();
 }
 
 }  // namespace jagrank

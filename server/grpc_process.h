@@ -1,5 +1,11 @@
-// Process-wide set-up for binaries that use gRPC (server, loadgen, client).
+// Process-wide set-up for binaries that use gRPC (server, loadgen, client),
+// and the "name=value" list of extra gRPC channel arguments they accept.
 #pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/status.h"
 
 namespace jagrank {
 
@@ -14,5 +20,21 @@ namespace jagrank {
 // on a false cycle in gRPC's own shutdown paths. Call before the first gRPC
 // object is made; safe to call again.
 bool ConfigureGrpcProcess();
+
+// One extra gRPC channel argument (grpc/impl/channel_arg_names.h).
+struct GrpcChannelArg {
+  std::string name;
+  std::string value;     // as written
+  bool is_int = false;   // value is a whole number in int range: passed as an integer
+  int int_value = 0;
+};
+
+// Parses "name=value[,name=value...]" ("" = none) into `out`. Every name
+// must start with "grpc." (gRPC ignores names it does not know, so a typo
+// would otherwise pass silently), appear once and not be in `reserved` (the
+// arguments the binary sets from its own settings). `field` names the setting
+// in the error, e.g. "server config grpc_channel_args".
+Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<std::string>& reserved,
+                            const std::string& field, std::vector<GrpcChannelArg>* out);
 
 }  // namespace jagrank

@@ -38,7 +38,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   // given on the command line override the config file.
   const ServerConfig d;
   std::string config_path, grpc_address = d.grpc_address, metrics_address = d.metrics_address, device = d.device,
-                           model_config, model_weights, attention = d.attention, log_level = d.log_level;
+                           model_config, model_weights, attention = d.attention, log_level = d.log_level,
+                           grpc_channel_args = d.grpc_channel_args;
   int64_t max_queue_delay_us = d.batching.max_queue_delay_us, max_batch_candidates = d.batching.max_batch_candidates,
           max_batch_history_tokens = d.batching.max_batch_history_tokens,
           max_batch_attention_cost = d.batching.max_batch_attention_cost;
@@ -69,6 +70,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
             "Rank's completion queues, one polling thread each (0 = half the cores, 2 to 8)");
   flags.Add("grpc-max-concurrent-streams", &grpc_max_concurrent_streams,
             "calls open at once per client connection; more wait in the client (0 = no limit)");
+  flags.Add("grpc-channel-args", &grpc_channel_args,
+            "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers)");
   flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
   RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
@@ -92,6 +95,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("cpu-threads")) config->cpu_threads = cpu_threads;
   if (flags.IsSet("grpc-completion-queues")) config->grpc_completion_queues = grpc_completion_queues;
   if (flags.IsSet("grpc-max-concurrent-streams")) config->grpc_max_concurrent_streams = grpc_max_concurrent_streams;
+  if (flags.IsSet("grpc-channel-args")) config->grpc_channel_args = grpc_channel_args;
   if (flags.IsSet("max-candidates-per-request")) config->max_candidates_per_request = max_candidates_per_request;
   if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
   if (flags.IsSet("dispatch-when-idle")) config->batching.dispatch_when_idle = dispatch_when_idle;

@@ -13,6 +13,7 @@
 #include "kernels/cuda_check.h"
 #include "model/weights.h"
 #include "server/batch_assembly.h"
+#include "server/grpc_process.h"
 
 namespace jagrank {
 namespace {
@@ -107,6 +108,16 @@ Status JagrankServer::Start() {
     // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls beyond it wait in the
     // client's channel instead of opening streams here.
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config_.grpc_max_concurrent_streams);
+  }
+  std::vector<GrpcChannelArg> extra_args;  // validated in Create
+  (void)ParseGrpcChannelArgs(config_.grpc_channel_args, ServerReservedGrpcChannelArgs(), "grpc_channel_args",
+                             &extra_args);
+  for (const GrpcChannelArg& arg : extra_args) {
+    if (arg.is_int) {
+      builder.AddChannelArgument(arg.name, arg.int_value);
+    } else {
+      builder.AddChannelArgument(arg.name, arg.value);
+    }
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));

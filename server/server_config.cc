@@ -1,10 +1,13 @@
 #include "server/server_config.h"
 
+#include <grpc/grpc.h>
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include "server/grpc_process.h"
 
 namespace jagrank {
 namespace {
@@ -90,6 +93,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.grpc_completion_queues));
     } else if (key == "grpc_max_concurrent_streams") {
       RETURN_IF_ERROR(Read(v, key, &c.grpc_max_concurrent_streams));
+    } else if (key == "grpc_channel_args") {
+      RETURN_IF_ERROR(Read(v, key, &c.grpc_channel_args));
     } else if (key == "max_candidates_per_request") {
       RETURN_IF_ERROR(Read(v, key, &c.max_candidates_per_request));
     } else if (key == "max_request_bytes") {
@@ -131,6 +136,19 @@ Status LoadServerConfig(const std::string& path, ServerConfig* out) {
   return Status::Ok();
 }
 
+const std::vector<std::string>& ServerReservedGrpcChannelArgs() {
+  static const std::vector<std::string> kReserved = {
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,   // grpc_max_concurrent_streams
+      GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,  // grpc_max_receive_message_bytes
+      GRPC_ARG_KEEPALIVE_TIME_MS,        // keepalive_time_ms
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,     // keepalive_timeout_ms
+      GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,  // keepalive_min_client_ping_interval_ms
+      GRPC_ARG_ALLOW_REUSEPORT,          // always off: a second server must not share the port
+  };
+  return kReserved;
+}
+
 Status ValidateServerConfig(const ServerConfig& c) {
   if (c.grpc_address.empty()) return Status::InvalidArgument("server config grpc_address: must not be empty");
   static const std::set<std::string> kAttention = {"jagged", "padded_flash", "padded_dense"};
@@ -152,6 +170,9 @@ Status ValidateServerConfig(const ServerConfig& c) {
                                    std::to_string(c.grpc_max_concurrent_streams) + ": must be in [0, " +
                                    std::to_string(kMaxGrpcConcurrentStreams) + "] (0 = gRPC's default, no limit)");
   }
+  std::vector<GrpcChannelArg> channel_args;
+  RETURN_IF_ERROR(ParseGrpcChannelArgs(c.grpc_channel_args, ServerReservedGrpcChannelArgs(),
+                                       "server config grpc_channel_args", &channel_args));
   RETURN_IF_ERROR(Positive(c.max_candidates_per_request, "max_candidates_per_request"));
   RETURN_IF_ERROR(Positive(c.max_request_bytes, "max_request_bytes"));
   if (c.grpc_max_receive_message_bytes < c.max_request_bytes || c.grpc_max_receive_message_bytes > INT32_MAX) {
@@ -192,6 +213,7 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " max_queue_requests=" << c.batching.max_queue_requests
     << " grpc_completion_queues=" << c.grpc_completion_queues
     << " grpc_max_concurrent_streams=" << c.grpc_max_concurrent_streams
+    << " grpc_channel_args=" << (c.grpc_channel_args.empty() ? "none" : c.grpc_channel_args)
     << " max_candidates_per_request=" << c.max_candidates_per_request
     << " max_request_bytes=" << c.max_request_bytes;
   return s.str();

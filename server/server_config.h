@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/status.h"
 
@@ -44,6 +45,10 @@ struct ServerConfig {
   // loop pile ~20000 streams on the server and its reads stall (118k calls/s
   // offered, 42k answered); 64-256 held ~96-100k answered.
   int grpc_max_concurrent_streams = 128;
+  // Further gRPC server channel arguments, "grpc.name=value[,...]" (see
+  // grpc/impl/codegen/grpc_types.h); whole numbers go as integers. Names
+  // jagrank sets from its own keys are refused. Empty = none.
+  std::string grpc_channel_args;
   int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT
   int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
   int64_t grpc_max_receive_message_bytes = 16LL << 20;  // transport cap; above it gRPC answers RESOURCE_EXHAUSTED
@@ -61,6 +66,10 @@ struct ServerConfig {
 // `batching:`). Unknown keys are errors that name the key.
 Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out);
 Status LoadServerConfig(const std::string& path, ServerConfig* out);
+// The channel arguments jagrank-server sets from its own keys (refused in
+// grpc_channel_args).
+const std::vector<std::string>& ServerReservedGrpcChannelArgs();
+
 // Checks ranges; the error names the field and the limit.
 Status ValidateServerConfig(const ServerConfig& config);
 // One line for the start-up log.

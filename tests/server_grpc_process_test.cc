@@ -1,4 +1,5 @@
-// ConfigureGrpcProcess: Abseil's lock-order checker, which Debian's Abseil
+// ParseGrpcChannelArgs: the "grpc.name=value,..." lists of extra channel
+// arguments; and ConfigureGrpcProcess: Abseil's lock-order checker, which Debian's Abseil
 // runs on every Mutex lock (gRPC's included), is off after it and stays on
 // only when JAGRANK_ABSL_DEADLOCK_CHECK=1. The checker is observed through
 // what it does: lock two mutexes in one order, then in the other. With the
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "server/grpc_process.h"
 
@@ -54,6 +57,57 @@ TEST(GrpcProcessTest, EnvironmentKeepsTheCheckerOn) {
         std::_Exit(0);
       },
       "deadlock");
+}
+
+
+TEST(GrpcChannelArgsTest, ParsesIntegersAndStringsInOrder) {
+  std::vector<GrpcChannelArg> args;
+  Status s = ParseGrpcChannelArgs("grpc.minimal_stack=1,grpc.optimization_target=throughput,grpc.x=-7", {}, "f",
+                                  &args);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(args.size(), 3u);
+  EXPECT_EQ(args[0].name, "grpc.minimal_stack");
+  EXPECT_TRUE(args[0].is_int);
+  EXPECT_EQ(args[0].int_value, 1);
+  EXPECT_EQ(args[1].name, "grpc.optimization_target");
+  EXPECT_FALSE(args[1].is_int);
+  EXPECT_EQ(args[1].value, "throughput");
+  EXPECT_TRUE(args[2].is_int);
+  EXPECT_EQ(args[2].int_value, -7);
+  ASSERT_TRUE(ParseGrpcChannelArgs("", {}, "f", &args).ok());
+  EXPECT_TRUE(args.empty());
+  // Beyond int range, or not a whole number: passed as the string written.
+  ASSERT_TRUE(ParseGrpcChannelArgs("grpc.a=4294967296,grpc.b=1.5", {}, "f", &args).ok());
+  ASSERT_EQ(args.size(), 2u);
+  EXPECT_FALSE(args[0].is_int);
+  EXPECT_FALSE(args[1].is_int);
+  EXPECT_EQ(args[1].value, "1.5");
+}
+
+TEST(GrpcChannelArgsTest, ErrorsNameTheFieldAndTheItem) {
+  const std::vector<std::string> reserved = {"grpc.max_concurrent_streams"};
+  struct Case {
+    const char* spec;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"grpc.a", "'grpc.a' is not name=value"},
+      {"=1", "'=1' is not name=value"},
+      {"grpc.a=", "'grpc.a=' is not name=value"},
+      {"grpc.a=1,,grpc.b=2", "'' is not name=value"},
+      {"grpc.a=1,", "ends with ','"},
+      {"minimal_stack=1", "'minimal_stack' is not a gRPC channel argument"},
+      {"grpc.a=1,grpc.a=2", "'grpc.a' is given twice"},
+      {"grpc.max_concurrent_streams=4", "'grpc.max_concurrent_streams' is set from its own setting"},
+  };
+  for (const Case& c : cases) {
+    std::vector<GrpcChannelArg> args = {GrpcChannelArg{}};
+    Status s = ParseGrpcChannelArgs(c.spec, reserved, "server config grpc_channel_args", &args);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << c.spec;
+    EXPECT_NE(s.message().find("server config grpc_channel_args: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << c.spec << " -> " << s.message();
+    EXPECT_EQ(args.size(), 1u) << "out changed on error: " << c.spec;
+  }
 }
 
 }  // namespace

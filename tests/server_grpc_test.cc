@@ -112,6 +112,20 @@ class ServerGrpcTest : public ::testing::Test {
     *next = SendRank(stub_.get(), *second);
   }
 
+  // One Rank call (synchronous) carrying `bytes` of custom metadata.
+  grpc::Status RankWithMetadataBytes(size_t bytes) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 20s);
+    context.AddMetadata("x-jagrank-test-padding", std::string(bytes, 'p'));
+    const v1::RankRequest request = MakeRequest(71, 3, 2, model_config_);
+    v1::RankResponse response;
+    grpc::Status status = stub_->Rank(&context, request, &response);
+    if (status.ok()) {
+      EXPECT_EQ(response.scores_size(), request.candidate_item_ids_size());
+    }
+    return status;
+  }
+
   grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service,
                                                               grpc::Status* status = nullptr) {
     auto stub = grpc::health::v1::Health::NewStub(channel_);
@@ -204,6 +218,21 @@ TEST_F(ServerGrpcTest, WithoutAStreamCapTheSecondCallIsStagedBesideTheHeldOne) {
   ASSERT_TRUE(first->Wait(20s));
   ASSERT_TRUE(staged->Wait(20s));
   ExpectMatchesOracle(second, *staged);
+}
+
+// grpc_channel_args reaches the server's gRPC. Observed through one argument
+// with a visible effect: grpc.max_metadata_size = 1024 refuses a call that
+// carries 4000 bytes of metadata, which gRPC's default limit (8 KiB) admits.
+TEST_F(ServerGrpcTest, ChannelArgsReachTheServersGrpc) {
+  StartServer();
+  const grpc::Status admitted = RankWithMetadataBytes(4000);
+  EXPECT_TRUE(admitted.ok()) << admitted.error_message();
+  server_.reset();
+  StartServer([](ServerConfig* c) { c->grpc_channel_args = "grpc.max_metadata_size=1024"; });
+  const grpc::Status refused = RankWithMetadataBytes(4000);
+  EXPECT_FALSE(refused.ok());
+  const grpc::Status small = RankWithMetadataBytes(100);
+  EXPECT_TRUE(small.ok()) << small.error_message();
 }
 
 TEST_F(ServerGrpcTest, GetModelInfoDescribesTheModel) {

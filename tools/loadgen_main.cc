@@ -66,6 +66,8 @@ struct Options {
   int64_t seed = 1;
   std::string json_out;
   std::string label;
+  std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
+  std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args
 };
 
 constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
@@ -105,6 +107,13 @@ class LoadGen {
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
       args.SetInt("jagrank.loadgen.channel", i);
       args.SetMaxReceiveMessageSize(64 << 20);
+      for (const GrpcChannelArg& arg : options_.extra_args) {
+        if (arg.is_int) {
+          args.SetInt(arg.name, arg.int_value);
+        } else {
+          args.SetString(arg.name, arg.value);
+        }
+      }
       stubs_.push_back(std::make_unique<grpc::GenericStub>(
           grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args)));
     }
@@ -367,7 +376,9 @@ class LoadGen {
                      {"candidates_max", options_.candidates_max},
                      {"mean_candidates", static_cast<double>(pool_candidates_) / pool_.size()},
                      {"pool", options_.pool},
-                     {"channels", options_.channels}};
+                     {"channels", options_.channels},
+                     {"client_threads", options_.client_threads},
+                     {"grpc_channel_args", options_.grpc_channel_args}};
     j["server"] = {{"model", info_.name()},     {"version", info_.version()},
                    {"device", info_.device()}, {"attention", info_.attention()},
                    {"max_history_len", info_.max_history_len()}};
@@ -452,6 +463,8 @@ int Main(int argc, char** argv) {
   flags.Add("seed", &o.seed, "workload seed");
   flags.Add("json-out", &o.json_out, "write the result as JSON to this file");
   flags.Add("label", &o.label, "free-form label copied into the result");
+  flags.Add("grpc-channel-args", &o.grpc_channel_args,
+            "further gRPC channel arguments on every connection, grpc.name=value[,...]");
   Status parsed = flags.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "jagrank-loadgen: %s\n", parsed.message().c_str());
@@ -464,6 +477,13 @@ int Main(int argc, char** argv) {
   if (o.candidates_min < 1 || o.candidates_max < o.candidates_min || o.duration_s <= 0 || o.pool < 1 ||
       o.channels < 1 || o.client_threads < 1 || (o.rate <= 0 && o.concurrency < 1)) {
     std::fprintf(stderr, "jagrank-loadgen: bad workload flags (see --help)\n");
+    return 2;
+  }
+  Status args_ok = ParseGrpcChannelArgs(
+      o.grpc_channel_args, {GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
+      "--grpc-channel-args", &o.extra_args);
+  if (!args_ok.ok()) {
+    std::fprintf(stderr, "jagrank-loadgen: %s\n", args_ok.message().c_str());
     return 2;
   }
   v1::ModelInfo info;
