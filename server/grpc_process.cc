@@ -2,7 +2,6 @@
 
 #include <absl/synchronization/mutex.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -17,7 +16,7 @@ bool ConfigureGrpcProcess() {
   return false;
 }
 
-Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<std::string>& reserved,
+Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<ReservedGrpcChannelArg>& reserved,
                             const std::string& field, std::vector<GrpcChannelArg>* out) {
   std::vector<GrpcChannelArg> args;
   size_t start = 0;
@@ -36,8 +35,8 @@ Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<std::stri
     if (arg.name.rfind("grpc.", 0) != 0) {
       return Status::InvalidArgument(field + ": '" + arg.name + "' is not a gRPC channel argument (names start with 'grpc.')");
     }
-    if (std::find(reserved.begin(), reserved.end(), arg.name) != reserved.end()) {
-      return Status::InvalidArgument(field + ": '" + arg.name + "' is set from its own setting; change that instead");
+    for (const ReservedGrpcChannelArg& r : reserved) {
+      if (r.name == arg.name) return Status::InvalidArgument(field + ": '" + arg.name + "' is not allowed: " + r.why);
     }
     for (const GrpcChannelArg& seen : args) {
       if (seen.name == arg.name) return Status::InvalidArgument(field + ": '" + arg.name + "' is given twice");

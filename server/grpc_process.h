@@ -29,12 +29,19 @@ struct GrpcChannelArg {
   int int_value = 0;
 };
 
+// A channel argument a binary does not take from the list, and why (the
+// setting it comes from, or what it would break).
+struct ReservedGrpcChannelArg {
+  std::string name;
+  std::string why;
+};
+
 // Parses "name=value[,name=value...]" ("" = none) into `out`. Every name
 // must start with "grpc." (gRPC ignores names it does not know, so a typo
-// would otherwise pass silently), appear once and not be in `reserved` (the
-// arguments the binary sets from its own settings). `field` names the setting
-// in the error, e.g. "server config grpc_channel_args".
-Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<std::string>& reserved,
+// would otherwise pass silently), appear once and not be in `reserved`.
+// `field` names the setting in the error, e.g. "server config
+// grpc_channel_args".
+Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<ReservedGrpcChannelArg>& reserved,
                             const std::string& field, std::vector<GrpcChannelArg>* out);
 
 }  // namespace jagrank

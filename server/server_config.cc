@@ -136,15 +136,18 @@ Status LoadServerConfig(const std::string& path, ServerConfig* out) {
   return Status::Ok();
 }
 
-const std::vector<std::string>& ServerReservedGrpcChannelArgs() {
-  static const std::vector<std::string> kReserved = {
-      GRPC_ARG_MAX_CONCURRENT_STREAMS,   // grpc_max_concurrent_streams
-      GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,  // grpc_max_receive_message_bytes
-      GRPC_ARG_KEEPALIVE_TIME_MS,        // keepalive_time_ms
-      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,     // keepalive_timeout_ms
-      GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,  // keepalive_min_client_ping_interval_ms
-      GRPC_ARG_ALLOW_REUSEPORT,          // always off: a second server must not share the port
+const std::vector<ReservedGrpcChannelArg>& ServerReservedGrpcChannelArgs() {
+  static const std::vector<ReservedGrpcChannelArg> kReserved = {
+      {GRPC_ARG_MAX_CONCURRENT_STREAMS, "set it with grpc_max_concurrent_streams"},
+      {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, "set it with grpc_max_receive_message_bytes"},
+      {GRPC_ARG_KEEPALIVE_TIME_MS, "set it with keepalive_time_ms"},
+      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, "set it with keepalive_timeout_ms"},
+      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, "jagrank-server always permits client pings without calls"},
+      {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, "set it with keepalive_min_client_ping_interval_ms"},
+      {GRPC_ARG_ALLOW_REUSEPORT, "jagrank-server never shares its port with a second server"},
+      // Measured on gRPC 1.51 (server_grpc_test): with it a request above the
+      // cap reaches jagrank's parser whole instead of being refused by gRPC.
+      {GRPC_ARG_MINIMAL_STACK, "it drops gRPC's receive-size cap (grpc_max_receive_message_bytes)"},
   };
   return kReserved;
 }

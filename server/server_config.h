@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/status.h"
+#include "server/grpc_process.h"
 
 namespace jagrank {
 
@@ -66,9 +67,10 @@ struct ServerConfig {
 // `batching:`). Unknown keys are errors that name the key.
 Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out);
 Status LoadServerConfig(const std::string& path, ServerConfig* out);
-// The channel arguments jagrank-server sets from its own keys (refused in
-// grpc_channel_args).
-const std::vector<std::string>& ServerReservedGrpcChannelArgs();
+// The channel arguments grpc_channel_args refuses: those jagrank-server sets
+// from its own keys, and grpc.minimal_stack, which drops gRPC's receive-size
+// cap (a message above grpc_max_receive_message_bytes would be read whole).
+const std::vector<ReservedGrpcChannelArg>& ServerReservedGrpcChannelArgs();
 
 // Checks ranges; the error names the field and the limit.
 Status ValidateServerConfig(const ServerConfig& config);

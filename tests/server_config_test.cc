@@ -47,10 +47,12 @@ TEST(ServerConfigTest, KeysOverrideAndErrorsNameTheKey) {
   ASSERT_TRUE(ParseServerConfig("grpc_max_concurrent_streams: 128\n", &c).ok());
   EXPECT_EQ(c.grpc_max_concurrent_streams, 128);
   expect_refused("grpc_max_concurrent_streams", {"-1", "1048577"}, "1048576");
-  ASSERT_TRUE(ParseServerConfig("grpc_channel_args: grpc.minimal_stack=1,grpc.http2.bdp_probe=0\n", &c).ok());
-  EXPECT_EQ(c.grpc_channel_args, "grpc.minimal_stack=1,grpc.http2.bdp_probe=0");
-  expect_refused("grpc_channel_args", {"grpc.max_concurrent_streams=4", "grpc.keepalive_time_ms=5"},
-                 "is set from its own setting");
+  ASSERT_TRUE(ParseServerConfig("grpc_channel_args: grpc.http2.bdp_probe=0,grpc.optimization_target=throughput\n",
+                                &c).ok());
+  EXPECT_EQ(c.grpc_channel_args, "grpc.http2.bdp_probe=0,grpc.optimization_target=throughput");
+  expect_refused("grpc_channel_args", {"grpc.max_concurrent_streams=4"}, "set it with grpc_max_concurrent_streams");
+  expect_refused("grpc_channel_args", {"grpc.keepalive_time_ms=5"}, "set it with keepalive_time_ms");
+  expect_refused("grpc_channel_args", {"grpc.minimal_stack=1"}, "receive-size cap");
   expect_refused("grpc_channel_args", {"minimal_stack=1"}, "names start with 'grpc.'");
   Status bad = ParseServerConfig("batching:\n  dispatch_when_idle: sometimes\n", &c);
   EXPECT_NE(bad.message().find("batching.dispatch_when_idle"), std::string::npos) << bad.message();

@@ -85,7 +85,7 @@ TEST(GrpcChannelArgsTest, ParsesIntegersAndStringsInOrder) {
 }
 
 TEST(GrpcChannelArgsTest, ErrorsNameTheFieldAndTheItem) {
-  const std::vector<std::string> reserved = {"grpc.max_concurrent_streams"};
+  const std::vector<ReservedGrpcChannelArg> reserved = {{"grpc.max_concurrent_streams", "use the cap setting"}};
   struct Case {
     const char* spec;
     const char* says;
@@ -98,7 +98,7 @@ TEST(GrpcChannelArgsTest, ErrorsNameTheFieldAndTheItem) {
       {"grpc.a=1,", "ends with ','"},
       {"minimal_stack=1", "'minimal_stack' is not a gRPC channel argument"},
       {"grpc.a=1,grpc.a=2", "'grpc.a' is given twice"},
-      {"grpc.max_concurrent_streams=4", "'grpc.max_concurrent_streams' is set from its own setting"},
+      {"grpc.max_concurrent_streams=4", "'grpc.max_concurrent_streams' is not allowed: use the cap setting"},
   };
   for (const Case& c : cases) {
     std::vector<GrpcChannelArg> args = {GrpcChannelArg{}};

@@ -235,6 +235,27 @@ TEST_F(ServerGrpcTest, ChannelArgsReachTheServersGrpc) {
   EXPECT_TRUE(small.ok()) << small.error_message();
 }
 
+// A message above grpc_max_receive_message_bytes is refused by gRPC itself
+// (RESOURCE_EXHAUSTED) before jagrank parses it; the server goes on serving.
+// (With grpc.minimal_stack=1 in gRPC 1.51 this call came back
+// INVALID_ARGUMENT from jagrank's own size check: the cap was gone, which is
+// why grpc_channel_args refuses that argument.)
+TEST_F(ServerGrpcTest, MessageAboveTheTransportCapIsRefusedByGrpc) {
+  StartServer([](ServerConfig* c) {
+    c->max_request_bytes = 16 * 1024;
+    c->grpc_max_receive_message_bytes = 16 * 1024;
+  });
+  v1::RankRequest big = MakeRequest(73, 4, 2, model_config_);
+  for (int i = 0; i < 8000; ++i) big.add_dense_features(0.5f);  // 32 KB of floats: twice the cap
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 20s);
+  v1::RankResponse response;
+  const grpc::Status refused = stub_->Rank(&context, big, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  const grpc::Status small = RankWithMetadataBytes(10);
+  EXPECT_TRUE(small.ok()) << small.error_message();
+}
+
 TEST_F(ServerGrpcTest, GetModelInfoDescribesTheModel) {
   StartServer();
   grpc::ClientContext context;

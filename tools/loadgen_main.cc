@@ -66,6 +66,11 @@ struct Options {
   int64_t seed = 1;
   std::string json_out;
   std::string label;
+  // gRPC's minimal channel stack (grpc.minimal_stack): no client-side
+  // message-size or census filters; call deadlines still hold. On the H200
+  // host, where the loadgen shares the server's cores, jagged h1024 at c1024
+  // went 112k/118k -> 124k QPS with it on both sides (session 5, call 2).
+  bool minimal_stack = true;
   std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
   std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args
 };
@@ -107,6 +112,7 @@ class LoadGen {
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
       args.SetInt("jagrank.loadgen.channel", i);
       args.SetMaxReceiveMessageSize(64 << 20);
+      if (options_.minimal_stack) args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);
       for (const GrpcChannelArg& arg : options_.extra_args) {
         if (arg.is_int) {
           args.SetInt(arg.name, arg.int_value);
@@ -378,6 +384,7 @@ class LoadGen {
                      {"pool", options_.pool},
                      {"channels", options_.channels},
                      {"client_threads", options_.client_threads},
+                     {"minimal_stack", options_.minimal_stack},
                      {"grpc_channel_args", options_.grpc_channel_args}};
     j["server"] = {{"model", info_.name()},     {"version", info_.version()},
                    {"device", info_.device()}, {"attention", info_.attention()},
@@ -463,6 +470,8 @@ int Main(int argc, char** argv) {
   flags.Add("seed", &o.seed, "workload seed");
   flags.Add("json-out", &o.json_out, "write the result as JSON to this file");
   flags.Add("label", &o.label, "free-form label copied into the result");
+  flags.Add("minimal-stack", &o.minimal_stack,
+            "gRPC's minimal client stack: less client CPU (no message-size or census filters; deadlines hold)");
   flags.Add("grpc-channel-args", &o.grpc_channel_args,
             "further gRPC channel arguments on every connection, grpc.name=value[,...]");
   Status parsed = flags.Parse(argc, argv);
@@ -480,7 +489,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   Status args_ok = ParseGrpcChannelArgs(
-      o.grpc_channel_args, {GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
+      o.grpc_channel_args,
+      {{GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, "each channel is its own connection"},
+       {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, "the loadgen accepts responses up to 64 MiB"},
+       {GRPC_ARG_MINIMAL_STACK, "use --minimal-stack"}},
       "--grpc-channel-args", &o.extra_args);
   if (!args_ok.ok()) {
     std::fprintf(stderr, "jagrank-loadgen: %s\n", args_ok.message().c_str());
