@@ -112,14 +112,20 @@ class ServerGrpcTest : public ::testing::Test {
     *next = SendRank(stub_.get(), *second);
   }
 
-  // One Rank call (synchronous) carrying `bytes` of custom metadata.
+  // One Rank call (synchronous) carrying `bytes` of custom metadata, on a
+  // connection of its own: gRPC 1.51 closes the connection that sent
+  // metadata over the limit, and a call sharing it could fail "Socket closed".
   grpc::Status RankWithMetadataBytes(size_t bytes) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = v1::Ranker::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                              grpc::InsecureChannelCredentials(), args));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + 20s);
     context.AddMetadata("x-jagrank-test-padding", std::string(bytes, 'p'));
     const v1::RankRequest request = MakeRequest(71, 3, 2, model_config_);
     v1::RankResponse response;
-    grpc::Status status = stub_->Rank(&context, request, &response);
+    grpc::Status status = stub->Rank(&context, request, &response);
     if (status.ok()) {
       EXPECT_EQ(response.scores_size(), request.candidate_item_ids_size());
     }
