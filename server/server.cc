@@ -109,9 +109,9 @@ Status JagrankServer::Start() {
     // client's channel instead of opening streams here.
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config_.grpc_max_concurrent_streams);
   }
-  std::vector<GrpcChannelArg> extra_args;  // validated in Create
-  (void)ParseGrpcChannelArgs(config_.grpc_channel_args, ServerReservedGrpcChannelArgs(), "grpc_channel_args",
-                             &extra_args);
+  std::vector<GrpcChannelArg> extra_args;  // also checked by ValidateServerConfig in Create
+  RETURN_IF_ERROR(ParseGrpcChannelArgs(config_.grpc_channel_args, ServerReservedGrpcChannelArgs(),
+                                       "server config grpc_channel_args", &extra_args));
   for (const GrpcChannelArg& arg : extra_args) {
     if (arg.is_int) {
       builder.AddChannelArgument(arg.name, arg.int_value);

@@ -48,7 +48,8 @@ struct ServerConfig {
   int grpc_max_concurrent_streams = 128;
   // Further gRPC server channel arguments, "grpc.name=value[,...]" (see
   // grpc/impl/codegen/grpc_types.h); whole numbers go as integers. Names
-  // jagrank sets from its own keys are refused. Empty = none.
+  // jagrank sets from its own keys, and grpc.minimal_stack, are refused
+  // (ServerReservedGrpcChannelArgs). Empty = none.
   std::string grpc_channel_args;
   int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT
   int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
