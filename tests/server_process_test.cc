@@ -318,5 +318,60 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+
+// A bad --grpc-channel-args stops the server at start, naming the setting;
+// the server listens on a unix: address and takes a good list; the loadgen
+// passes its own list, refuses grpc.minimal_stack in it (that is
+// --minimal-stack) and records its client stack in the JSON.
+TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
+  const std::string server = JAGRANK_SERVER_BINARY, loadgen = JAGRANK_LOADGEN_BINARY;
+  const std::string common = " --metrics-address '' --device cpu --cpu-threads 1 --model-config " + dir_ + "/model.yaml";
+  std::string out;
+  EXPECT_EQ(RunCommand(server + " --grpc-address 127.0.0.1:0" + common + " --grpc-channel-args grpc.minimal_stack=1 2>&1",
+                       &out),
+            2);
+  EXPECT_NE(out.find("grpc_channel_args"), std::string::npos) << out;
+  EXPECT_NE(out.find("receive-size cap"), std::string::npos) << out;
+
+  const std::string address = "unix:" + dir_ + "/jagrank.sock";
+  pid_ = Spawn({server, "--grpc-address", address, "--metrics-address", "", "--device", "cpu", "--cpu-threads", "1",
+                "--model-config", dir_ + "/model.yaml", "--grpc-channel-args", "grpc.http2.bdp_probe=0"},
+               dir_ + "/server.log");
+  ASSERT_GT(pid_, 0);
+  bool serving = false;
+  for (int i = 0; i < 300 && !serving; ++i) {
+    serving = RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address " + address + " --health 2>/dev/null",
+                         &out) == 0;
+    if (!serving) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(serving) << ReadFile(dir_ + "/server.log");
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("grpc_channel_args=grpc.http2.bdp_probe=0"), std::string::npos);
+
+  const std::string load = loadgen + " --address " + address +
+                           " --concurrency 2 --duration-s 0.5 --warmup-s 0.1 --candidates-min 5 --candidates-max 20"
+                           " --history-median 8 --pool 16";
+  const std::string json = dir_ + "/loadgen_uds.json";
+  ASSERT_EQ(RunCommand(load + " --minimal-stack=false --grpc-channel-args grpc.primary_user_agent=jagrank-test"
+                              " --json-out " + json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  const nlohmann::json result = nlohmann::json::parse(ReadFile(json));
+  EXPECT_GT(result["requests_ok"].get<int64_t>(), 0) << result.dump();
+  EXPECT_EQ(result["requests_error"].get<int64_t>(), 0) << result.dump();
+  EXPECT_EQ(result["workload"]["minimal_stack"], false) << result.dump();
+  EXPECT_EQ(result["workload"]["grpc_channel_args"], "grpc.primary_user_agent=jagrank-test") << result.dump();
+  ASSERT_EQ(RunCommand(load + " --json-out " + json + " 2>&1", &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(json))["workload"]["minimal_stack"], true);
+  EXPECT_EQ(RunCommand(load + " --grpc-channel-args grpc.minimal_stack=1 2>&1", &out), 2);
+  EXPECT_NE(out.find("use --minimal-stack"), std::string::npos) << out;
+
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int status = 0;
+  ASSERT_TRUE(WaitExit(pid_, 30s, &status));
+  pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 }  // namespace
 }  // namespace jagrank
