@@ -1,6 +1,7 @@
 #include "server/grpc_process.h"
 
 #include <absl/synchronization/mutex.h>
+#include <dlfcn.h>
 
 #include <cerrno>
 #include <climits>
@@ -14,6 +15,16 @@ bool ConfigureGrpcProcess() {
   if (keep != nullptr && std::strcmp(keep, "1") == 0) return true;
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return false;
+}
+
+std::string MallocLibrary() {
+  // The address of malloc as the dynamic linker resolved it for this
+  // executable: the first definition in load order (an interposed allocator
+  // when one is linked or preloaded).
+  void* (*resolved)(size_t) = &malloc;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(resolved), &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  return info.dli_fname;
 }
 
 Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<ReservedGrpcChannelArg>& reserved,

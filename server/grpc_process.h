@@ -21,6 +21,10 @@ namespace jagrank {
 // object is made; safe to call again.
 bool ConfigureGrpcProcess();
 
+// The file of the shared object whose malloc this process calls (e.g.
+// ".../libtcmalloc_minimal.so.4" or ".../libc.so.6"), for the start-up log.
+std::string MallocLibrary();
+
 // One extra gRPC channel argument (grpc/impl/channel_arg_names.h).
 struct GrpcChannelArg {
   std::string name;

@@ -117,6 +117,7 @@ int Main(int argc, char** argv) {
   }
   if (help) return 0;
   spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::info("malloc from {}", MallocLibrary());
   if (ConfigureGrpcProcess()) {
     spdlog::warn("JAGRANK_ABSL_DEADLOCK_CHECK=1: Abseil's lock-order checker stays on (slow, for debugging)");
   }

@@ -12,5 +12,6 @@ target_include_directories(server_process_test PRIVATE ${CMAKE_CURRENT_SOURCE_DI
 target_compile_definitions(server_process_test PRIVATE
   JAGRANK_SERVER_BINARY="$<TARGET_FILE:jagrank-server>"
   JAGRANK_CLIENT_BINARY="$<TARGET_FILE:jagrank-client>"
-  JAGRANK_LOADGEN_BINARY="$<TARGET_FILE:jagrank-loadgen>")
+  JAGRANK_LOADGEN_BINARY="$<TARGET_FILE:jagrank-loadgen>"
+  $<$<BOOL:${JAGRANK_WITH_TCMALLOC}>:JAGRANK_EXPECT_TCMALLOC=1>)
 add_dependencies(server_process_test jagrank-server jagrank-client jagrank-loadgen)

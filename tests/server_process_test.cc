@@ -373,5 +373,21 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+
+// The binary's malloc is tcmalloc when the build linked it (JAGRANK_TCMALLOC,
+// found), glibc's otherwise; the server says which at start.
+TEST_F(ServerProcessTest, StartLogNamesTheAllocatorInUse) {
+  StartServer({});
+  const std::string log = ReadFile(dir_ + "/server.log");
+  const size_t at = log.find("malloc from ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+#ifdef JAGRANK_EXPECT_TCMALLOC
+  EXPECT_NE(line.find("libtcmalloc_minimal.so"), std::string::npos) << line;
+#else
+  EXPECT_NE(line.find("libc.so"), std::string::npos) << line;
+#endif
+}
+
 }  // namespace
 }  // namespace jagrank
