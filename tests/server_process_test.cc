@@ -75,11 +75,16 @@ class ServerProcessTest : public ::testing::Test {
     }
   }
 
-  // Starts jagrank-server and waits (bounded) for health SERVING.
-  void StartServer(const std::vector<std::string>& extra) {
-    port_ = server_test::FreePort();
-    ASSERT_GT(port_, 0);
-    address_ = "127.0.0.1:" + std::to_string(port_);
+  // Starts jagrank-server on `address` (default: a free loopback port) and
+  // waits (bounded) for health SERVING.
+  void StartServer(const std::vector<std::string>& extra, const std::string& address = "") {
+    if (address.empty()) {
+      port_ = server_test::FreePort();
+      ASSERT_GT(port_, 0);
+      address_ = "127.0.0.1:" + std::to_string(port_);
+    } else {
+      address_ = address;
+    }
     std::vector<std::string> args = {JAGRANK_SERVER_BINARY, "--grpc-address", address_, "--metrics-address", "",
                                      "--device", "cpu", "--model-config", dir_ + "/model.yaml", "--cpu-threads", "1", "--log-level", "debug"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -107,6 +112,15 @@ class ServerProcessTest : public ::testing::Test {
     }
     ASSERT_TRUE(serving) << "not SERVING in 60 s; log:\n" << ReadFile(dir_ + "/server.log");
     stub_ = v1::Ranker::NewStub(channel_);
+  }
+
+  // SIGTERM, then the server must exit 0 within 30 s.
+  void StopServerExpectCleanExit() {
+    ASSERT_EQ(kill(pid_, SIGTERM), 0);
+    int status = 0;
+    ASSERT_TRUE(WaitExit(pid_, 30s, &status));
+    pid_ = -1;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
 
   std::string dir_;
@@ -311,43 +325,26 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   // client would notice the server's GOAWAY only at its backup poll (5 s).
   stub_.reset();
   channel_.reset();
-  ASSERT_EQ(kill(pid_, SIGTERM), 0);
-  int status = 0;
-  ASSERT_TRUE(WaitExit(pid_, 30s, &status));
-  pid_ = -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  StopServerExpectCleanExit();
 }
-
 
 // A bad --grpc-channel-args stops the server at start, naming the setting;
 // the server listens on a unix: address and takes a good list; the loadgen
 // passes its own list, refuses grpc.minimal_stack in it (that is
 // --minimal-stack) and records its client stack in the JSON.
 TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
-  const std::string server = JAGRANK_SERVER_BINARY, loadgen = JAGRANK_LOADGEN_BINARY;
-  const std::string common = " --metrics-address '' --device cpu --cpu-threads 1 --model-config " + dir_ + "/model.yaml";
   std::string out;
-  EXPECT_EQ(RunCommand(server + " --grpc-address 127.0.0.1:0" + common + " --grpc-channel-args grpc.minimal_stack=1 2>&1",
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_SERVER_BINARY) + " --grpc-address 127.0.0.1:0 --device cpu --model-config " +
+                           dir_ + "/model.yaml --grpc-channel-args grpc.minimal_stack=1 2>&1",
                        &out),
             2);
   EXPECT_NE(out.find("grpc_channel_args"), std::string::npos) << out;
   EXPECT_NE(out.find("receive-size cap"), std::string::npos) << out;
 
-  const std::string address = "unix:" + dir_ + "/jagrank.sock";
-  pid_ = Spawn({server, "--grpc-address", address, "--metrics-address", "", "--device", "cpu", "--cpu-threads", "1",
-                "--model-config", dir_ + "/model.yaml", "--grpc-channel-args", "grpc.http2.bdp_probe=0"},
-               dir_ + "/server.log");
-  ASSERT_GT(pid_, 0);
-  bool serving = false;
-  for (int i = 0; i < 300 && !serving; ++i) {
-    serving = RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address " + address + " --health 2>/dev/null",
-                         &out) == 0;
-    if (!serving) std::this_thread::sleep_for(100ms);
-  }
-  ASSERT_TRUE(serving) << ReadFile(dir_ + "/server.log");
+  StartServer({"--grpc-channel-args", "grpc.http2.bdp_probe=0"}, "unix:" + dir_ + "/jagrank.sock");
   EXPECT_NE(ReadFile(dir_ + "/server.log").find("grpc_channel_args=grpc.http2.bdp_probe=0"), std::string::npos);
 
-  const std::string load = loadgen + " --address " + address +
+  const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
                            " --concurrency 2 --duration-s 0.5 --warmup-s 0.1 --candidates-min 5 --candidates-max 20"
                            " --history-median 8 --pool 16";
   const std::string json = dir_ + "/loadgen_uds.json";
@@ -366,13 +363,10 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
   EXPECT_EQ(RunCommand(load + " --grpc-channel-args grpc.minimal_stack=1 2>&1", &out), 2);
   EXPECT_NE(out.find("use --minimal-stack"), std::string::npos) << out;
 
-  ASSERT_EQ(kill(pid_, SIGTERM), 0);
-  int status = 0;
-  ASSERT_TRUE(WaitExit(pid_, 30s, &status));
-  pid_ = -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  stub_.reset();  // as above: no idle connection of this process at the drain
+  channel_.reset();
+  StopServerExpectCleanExit();
 }
-
 
 // The binary's malloc is tcmalloc when the build linked it (JAGRANK_TCMALLOC,
 // found), glibc's otherwise; the server says which at start.
