@@ -227,10 +227,12 @@ Status CudaModel::Init(const ModelWeights& w) {
   // with cudaEventDisableTiming.
   for (StageSlot& slot : slots_) {
     RETURN_IF_CUDA_ERROR(cudaEventCreate(&slot.copy_start));
-    RETURN_IF_CUDA_ERROR(cudaEventCreate(&slot.copy_done));
+    RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(
+        &slot.copy_done, options_.cuda_blocking_sync ? cudaEventBlockingSync : cudaEventDefault));
   }
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&d2h_start_));
-  RETURN_IF_CUDA_ERROR(cudaEventCreate(&d2h_done_));
+  RETURN_IF_CUDA_ERROR(
+      cudaEventCreateWithFlags(&d2h_done_, options_.cuda_blocking_sync ? cudaEventBlockingSync : cudaEventDefault));
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
@@ -746,7 +748,12 @@ Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, F
   RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(host_scores_, logits, size_t(C) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_done_, stream_));
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  // d2h_done_ is the stream's last work, so either wait covers the whole batch.
+  if (options_.cuda_blocking_sync) {
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(d2h_done_));
+  } else {
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  }
   std::memcpy(scores->data(), host_scores_, size_t(C) * sizeof(float));
   if (timings != nullptr) {
     // Both copies are complete: the stream waited for copy_done and was synchronised.

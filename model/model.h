@@ -57,6 +57,11 @@ struct ModelOptions {
   // throughout); false keeps everything float32 (the GEMMs were ~40% of a
   // forward pass's GPU time as fp32 SIMT kernels on the H200).
   bool cuda_bf16 = true;
+  // CUDA only: how Run waits for its batch. false spins on the stream (the
+  // CUDA default with one context on a many-core host); true blocks the
+  // thread on an event created with cudaEventBlockingSync, which frees the
+  // core the spin would hold while the GPU computes, for a wake-up per batch.
+  bool cuda_blocking_sync = false;
 };
 
 struct ModelMemory {

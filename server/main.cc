@@ -39,7 +39,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   const ServerConfig d;
   std::string config_path, grpc_address = d.grpc_address, metrics_address = d.metrics_address, device = d.device,
                            model_config, model_weights, attention = d.attention, log_level = d.log_level,
-                           grpc_channel_args = d.grpc_channel_args;
+                           grpc_channel_args = d.grpc_channel_args, cuda_sync = d.cuda_sync;
   int64_t max_queue_delay_us = d.batching.max_queue_delay_us, max_batch_candidates = d.batching.max_batch_candidates,
           max_batch_history_tokens = d.batching.max_batch_history_tokens,
           max_batch_attention_cost = d.batching.max_batch_attention_cost;
@@ -66,6 +66,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("max-queue-requests", &max_queue_requests, "queued requests before RESOURCE_EXHAUSTED");
   flags.Add("max-candidates-per-request", &max_candidates_per_request, "INVALID_ARGUMENT above this");
   flags.Add("cpu-threads", &cpu_threads, "CPU backend threads (0 = all cores)");
+  flags.Add("cuda-sync", &cuda_sync, "spin | block: how the CUDA executor waits for a batch");
   flags.Add("grpc-completion-queues", &grpc_completion_queues,
             "Rank's completion queues, one polling thread each (0 = half the cores, 2 to 8)");
   flags.Add("grpc-max-concurrent-streams", &grpc_max_concurrent_streams,
@@ -93,6 +94,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("attention")) config->attention = attention;
   if (flags.IsSet("log-level")) config->log_level = log_level;
   if (flags.IsSet("cpu-threads")) config->cpu_threads = cpu_threads;
+  if (flags.IsSet("cuda-sync")) config->cuda_sync = cuda_sync;
   if (flags.IsSet("grpc-completion-queues")) config->grpc_completion_queues = grpc_completion_queues;
   if (flags.IsSet("grpc-max-concurrent-streams")) config->grpc_max_concurrent_streams = grpc_max_concurrent_streams;
   if (flags.IsSet("grpc-channel-args")) config->grpc_channel_args = grpc_channel_args;

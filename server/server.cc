@@ -27,6 +27,7 @@ Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, c
   ModelOptions options;
   options.device = device;
   options.cpu_threads = config.cpu_threads;
+  options.cuda_blocking_sync = config.cuda_sync == "block";
   RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
   return Model::Create(model_config, std::move(weights), options, out);
 }

@@ -89,6 +89,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.attention));
     } else if (key == "cpu_threads") {
       RETURN_IF_ERROR(Read(v, key, &c.cpu_threads));
+    } else if (key == "cuda_sync") {
+      RETURN_IF_ERROR(Read(v, key, &c.cuda_sync));
     } else if (key == "grpc_completion_queues") {
       RETURN_IF_ERROR(Read(v, key, &c.grpc_completion_queues));
     } else if (key == "grpc_max_concurrent_streams") {
@@ -163,6 +165,9 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return Status::InvalidArgument("server config device = '" + c.device + "': must be auto, cpu, cuda or cuda:N");
   }
   if (c.cpu_threads < 0) return Status::InvalidArgument("server config cpu_threads: must be >= 0");
+  if (c.cuda_sync != "spin" && c.cuda_sync != "block") {
+    return Status::InvalidArgument("server config cuda_sync = '" + c.cuda_sync + "': must be spin or block");
+  }
   if (c.grpc_completion_queues < 0 || c.grpc_completion_queues > kMaxGrpcCompletionQueues) {
     return Status::InvalidArgument("server config grpc_completion_queues = " +
                                    std::to_string(c.grpc_completion_queues) + ": must be in [0, " +
@@ -204,7 +209,7 @@ Status ValidateServerConfig(const ServerConfig& c) {
 std::string ServerConfigSummary(const ServerConfig& c) {
   std::ostringstream s;
   s << "grpc=" << c.grpc_address << " metrics=" << (c.metrics_address.empty() ? "off" : c.metrics_address)
-    << " device=" << c.device << " attention=" << c.attention
+    << " device=" << c.device << " attention=" << c.attention << " cuda_sync=" << c.cuda_sync
     << " model_config=" << (c.model_config.empty() ? "<embedded>" : c.model_config)
     << " weights=" << (c.model_weights.empty() ? "<random from seed>" : c.model_weights)
     << " max_queue_delay_us=" << c.batching.max_queue_delay_us

@@ -40,6 +40,10 @@ struct ServerConfig {
   std::string model_weights;                     // safetensors path; empty = random weights from the config's seed
   std::string attention = "jagged";              // jagged | padded_flash | padded_dense
   int cpu_threads = 0;                           // CPU backend threads; 0 = all cores
+  // CUDA: how the executor waits for a batch's scores. spin = CUDA's default
+  // (a core spins while the GPU computes); block = sleep on a blocking-sync
+  // event (the core goes to gRPC's threads; one wake-up per batch).
+  std::string cuda_sync = "spin";                // spin | block
   int grpc_completion_queues = 0;                // Rank's completion queues, one polling thread each; 0 = half the cores, 2 to 8
   // Calls open at once per client connection (HTTP/2 SETTINGS); more wait in
   // the client. 0 = no limit, which on the H200 host let an overloaded open

@@ -98,11 +98,12 @@ ModelWeights ScaledWeights(const ModelConfig& c, float scale) {
 }
 
 std::unique_ptr<Model> MakeModel(const ModelConfig& c, const std::string& device, AttentionStrategy s, bool bf16,
-                                 float scale = 1.0f) {
+                                 float scale = 1.0f, bool blocking_sync = false) {
   ModelOptions options;
   options.device = device;
   options.attention = s;
   options.cuda_bf16 = bf16;
+  options.cuda_blocking_sync = blocking_sync;
   std::unique_ptr<Model> model;
   Status status = Model::Create(c, ScaledWeights(c, scale), options, &model);
   EXPECT_TRUE(status.ok()) << status.ToString();
@@ -183,7 +184,10 @@ TEST_F(ModelCudaTest, OtherHeadDimsAndEdgeBatches) {
 // packing, async H2D copy on the copy stream) into the other slot while this
 // thread runs batch i. Every Run must return its own batch's scores (what
 // Forward gives, shapes changing every iteration) and report the copy times.
-TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) {
+// `blocking_sync`: Run and Stage wait on blocking-sync events instead of
+// spinning; a wait that returned before the scores' copy would show here as
+// scores that differ from Forward's.
+void CheckStagedPipeline(bool blocking_sync) {
   using namespace std::chrono_literals;
   const ModelConfig c = TestConfig(64, 2, 256, 100000);
   std::vector<Batch> batches;
@@ -197,7 +201,7 @@ TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) {
   const int nb = static_cast<int>(batches.size());
   for (AttentionStrategy strategy : kStrategies) {
     const char* name = AttentionStrategyName(strategy);
-    std::unique_ptr<Model> model = MakeModel(c, "cuda:0", strategy, /*bf16=*/true, /*scale=*/2.0f);
+    std::unique_ptr<Model> model = MakeModel(c, "cuda:0", strategy, /*bf16=*/true, /*scale=*/2.0f, blocking_sync);
     ASSERT_NE(model, nullptr);
     std::vector<std::vector<float>> expected(nb);
     for (int b = 0; b < nb; ++b) ASSERT_TRUE(model->Forward(batches[b], &expected[b]).ok()) << name << " " << b;
@@ -277,9 +281,10 @@ TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) {
     // Stage is called as soon as a slot frees, so it overlaps at least the
     // long Runs of the largest batch; one overlap is the bound asserted.
     EXPECT_GT(overlapped, 0) << name << ": no Stage ever ran during a Run";
-    std::printf("%s: %d pipelined iterations, %d bit-identical to Forward, max |diff| %.3g, Stage during Run %d, "
+    std::printf("%s%s: %d pipelined iterations, %d bit-identical to Forward, max |diff| %.3g, Stage during Run %d, "
                 "mean h2d %.1f us, d2h %.1f us\n",
-                name, checked, exact, max_diff, overlapped, 1e6 * h2d_sum / checked, 1e6 * d2h_sum / checked);
+                name, blocking_sync ? " (blocking sync)" : "", checked, exact, max_diff, overlapped,
+                1e6 * h2d_sum / checked, 1e6 * d2h_sum / checked);
 
     // Forward (slot 0) still agrees afterwards; Run frees its slot; bad slots are named.
     std::vector<float> scores;
@@ -297,6 +302,10 @@ TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) {
     EXPECT_FALSE(model->Run(0, &scores, nullptr).ok()) << "a failed Stage leaves nothing to run";
   }
 }
+
+TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) { CheckStagedPipeline(false); }
+
+TEST_F(ModelCudaTest, BlockingSyncPipelineMatchesForward) { CheckStagedPipeline(true); }
 
 TEST_F(ModelCudaTest, MemoryReportAndThroughput) {
   ModelConfig c;

@@ -54,6 +54,10 @@ TEST(ServerConfigTest, KeysOverrideAndErrorsNameTheKey) {
   expect_refused("grpc_channel_args", {"grpc.keepalive_time_ms=5"}, "set it with keepalive_time_ms");
   expect_refused("grpc_channel_args", {"grpc.minimal_stack=1"}, "receive-size cap");
   expect_refused("grpc_channel_args", {"minimal_stack=1"}, "names start with 'grpc.'");
+  EXPECT_EQ(c.cuda_sync, "spin");
+  ASSERT_TRUE(ParseServerConfig("cuda_sync: block\n", &c).ok());
+  EXPECT_EQ(c.cuda_sync, "block");
+  expect_refused("cuda_sync", {"yield", "\"\""}, "must be spin or block");
   Status bad = ParseServerConfig("batching:\n  dispatch_when_idle: sometimes\n", &c);
   EXPECT_NE(bad.message().find("batching.dispatch_when_idle"), std::string::npos) << bad.message();
 

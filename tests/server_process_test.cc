@@ -368,6 +368,18 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
   StopServerExpectCleanExit();
 }
 
+TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {
+  std::string out;
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_SERVER_BINARY) + " --grpc-address 127.0.0.1:0 --device cpu --model-config " +
+                           dir_ + "/model.yaml --cuda-sync yield 2>&1",
+                       &out),
+            2);
+  EXPECT_NE(out.find("cuda_sync = 'yield': must be spin or block"), std::string::npos) << out;
+  StartServer({"--cuda-sync", "block"});  // a CPU server takes (and ignores) it
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("cuda_sync=block"), std::string::npos);
+  StopServerExpectCleanExit();
+}
+
 // The binary's malloc is tcmalloc when the build linked it (JAGRANK_TCMALLOC,
 // found), glibc's otherwise; the server says which at start.
 TEST_F(ServerProcessTest, StartLogNamesTheAllocatorInUse) {
