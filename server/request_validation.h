@@ -21,6 +21,13 @@ namespace jagrank {
 Status ValidateRankRequest(const v1::RankRequest& request, const ModelConfig& model,
                            const ServerConfig& server);
 
+// An upper bound of request.ByteSizeLong() from the fields' element counts
+// alone (every int64 at 10 bytes, every tag and length at its largest), or
+// SIZE_MAX when the request carries unknown fields. ByteSizeLong sizes each
+// varint; validation calls it only when this bound is over the limit (it was
+// 1.3% of the server's CPU on the H200 host with ~440 ids per request).
+size_t RankRequestByteSizeBound(const v1::RankRequest& request);
+
 }  // namespace jagrank
 
 #endif  // JAGRANK_SERVER_REQUEST_VALIDATION_H_

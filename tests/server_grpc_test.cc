@@ -9,11 +9,13 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/request_validation.h"
 #include "server/server.h"
 #include "server_test_helpers.h"
 
@@ -296,6 +298,32 @@ TEST_F(ServerGrpcTest, BurstIsBatchedAndEqualsForwardAlone) {
   EXPECT_GT(metrics_.max_batch_requests(), 1) << "the burst was never batched";
 }
 
+// Validation skips the exact ByteSizeLong when this bound is under the limit,
+// so it must never be below the exact size.
+TEST(RequestSizeBoundTest, NeverBelowTheExactSize) {
+  std::mt19937_64 rng(5);
+  const int64_t extremes[] = {0, 1, 127, 128, -1, INT64_MIN, INT64_MAX, 1000000000};
+  auto id = [&] { return rng() % 2 ? extremes[rng() % 8] : static_cast<int64_t>(rng()); };
+  for (int trial = 0; trial < 300; ++trial) {
+    v1::RankRequest r;
+    if (trial % 3) r.set_request_id(std::string(rng() % 300, 'r'));
+    for (int i = static_cast<int>(rng() % 20); i > 0; --i) r.add_dense_features(1.5f);
+    for (int f = static_cast<int>(rng() % 8); f > 0; --f) {
+      auto* ids = (*r.mutable_sparse_features())[std::string(1 + rng() % 200, 'a' + f)].mutable_ids();
+      for (int i = static_cast<int>(rng() % 40); i > 0; --i) ids->Add(id());
+    }
+    for (int i = static_cast<int>(rng() % 3000); i > 0; --i) r.add_history(id());
+    for (int i = static_cast<int>(rng() % 600); i > 0; --i) r.add_candidate_item_ids(id());
+    const size_t exact = r.ByteSizeLong();
+    ASSERT_GE(RankRequestByteSizeBound(r), exact) << r.ShortDebugString().substr(0, 200);
+    // All-10-byte ids are the worst case; the bound stays within a few x of typical sizes.
+    EXPECT_LE(RankRequestByteSizeBound(r), 10 * exact + 2048);
+  }
+  v1::RankRequest with_unknown;
+  with_unknown.GetReflection()->MutableUnknownFields(&with_unknown)->AddVarint(99, 1);
+  EXPECT_EQ(RankRequestByteSizeBound(with_unknown), SIZE_MAX);
+}
+
 TEST_F(ServerGrpcTest, EachBadInputIsInvalidArgumentNamingTheField) {
   StartServer();
   struct Case {
@@ -323,6 +351,17 @@ TEST_F(ServerGrpcTest, EachBadInputIsInvalidArgumentNamingTheField) {
       {"message too large",
        [](v1::RankRequest* r) {
          for (int i = 0; i < 20000; ++i) r->add_history(1000000000000LL + i);
+       },
+       {"max_request_bytes = 65536"}},
+      {"message too large in a sparse feature's ids",
+       [this](v1::RankRequest* r) {
+         auto* ids = (*r->mutable_sparse_features())[model_config_.sparse_features[0].name].mutable_ids();
+         for (int i = 0; i < 7000; ++i) ids->Add(-1 - i);  // negative: 10 bytes each
+       },
+       {"max_request_bytes = 65536"}},
+      {"message too large in unknown fields",
+       [](v1::RankRequest* r) {
+         r->GetReflection()->MutableUnknownFields(r)->AddLengthDelimited(99, std::string(70000, 'x'));
        },
        {"max_request_bytes = 65536"}},
   };
