@@ -316,49 +316,55 @@ TEST_F(KernelsGpuTest, HistoryGatherOfOnlyEmptyHistoriesAcceptsEmptyTensors) {
 
 TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
   std::mt19937_64 rng(14);
-  for (int num_sparse : {0, 1, 6}) {
-    for (int dim : {8, 64, 100}) {
-      // 1100 requests: more offsets than the kernel stages in shared memory.
-      for (int num_requests : {1, 23, 1100}) {
-        // Candidates per request include 0 (a request with none) and long runs.
-        const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, 150));
-        const int num_candidates = offsets.back();
-        const auto x = RandomFloats(rng, static_cast<size_t>(num_requests) * dim);
-        const auto pooled = RandomFloats(rng, static_cast<size_t>(num_sparse) * num_requests * dim);
-        const auto u = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
-        const auto e = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
-        const int width = DotInteractionOutputWidth(num_sparse, dim);
-        DotInteractionParams p = {};
-        p.num_sparse = num_sparse;
-        p.num_requests = num_requests;
-        p.num_candidates = num_candidates;
-        p.dim = dim;
-        std::vector<float> expected(static_cast<size_t>(num_candidates) * width);
-        p.x = x.data();
-        p.pooled = num_sparse > 0 ? pooled.data() : nullptr;
-        p.u = u.data();
-        p.e = e.data();
-        p.candidate_offsets = offsets.data();
-        p.out = expected.data();
-        ASSERT_STATUS_OK(DotInteractionCpu(p));
+  // (num_sparse, dim): the model's shape (6, 64); dims off the warp size; 43
+  // vectors (903 pairs, lanes take many rounds, rows beyond 32 banks); and
+  // 33 vectors of 1000 floats, whose 132 KB of shared memory leave room for
+  // one candidate per block only.
+  const int shapes[][2] = {{0, 8}, {0, 64}, {1, 100}, {1, 31}, {6, 64}, {6, 100}, {6, 33}, {40, 64}, {30, 1000}};
+  for (const auto& shape : shapes) {
+    const int num_sparse = shape[0], dim = shape[1];
+    // 1100 requests: a deep binary search over the offsets (the CPU reference
+    // of the two large shapes would take minutes there).
+    for (int num_requests : {1, 23, 1100}) {
+      if (num_requests > 23 && (num_sparse + 3) * dim > 1000) continue;
+      // Candidates per request include 0 (a request with none) and long runs.
+      const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, 150));
+      const int num_candidates = offsets.back();
+      const auto x = RandomFloats(rng, static_cast<size_t>(num_requests) * dim);
+      const auto pooled = RandomFloats(rng, static_cast<size_t>(num_sparse) * num_requests * dim);
+      const auto u = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
+      const auto e = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
+      const int width = DotInteractionOutputWidth(num_sparse, dim);
+      DotInteractionParams p = {};
+      p.num_sparse = num_sparse;
+      p.num_requests = num_requests;
+      p.num_candidates = num_candidates;
+      p.dim = dim;
+      std::vector<float> expected(static_cast<size_t>(num_candidates) * width);
+      p.x = x.data();
+      p.pooled = num_sparse > 0 ? pooled.data() : nullptr;
+      p.u = u.data();
+      p.e = e.data();
+      p.candidate_offsets = offsets.data();
+      p.out = expected.data();
+      ASSERT_STATUS_OK(DotInteractionCpu(p));
 
-        const DeviceArray<float> d_x(x), d_pooled(pooled), d_u(u), d_e(e);
-        const DeviceArray<int32_t> d_offsets(offsets);
-        DeviceArray<float> d_out(expected.size());
-        d_out.Poison();
-        p.x = d_x.data();
-        p.pooled = d_pooled.data();
-        p.u = d_u.data();
-        p.e = d_e.data();
-        p.candidate_offsets = d_offsets.data();
-        p.out = d_out.data();
-        ASSERT_STATUS_OK(DotInteractionCuda(p, stream_));
-        Sync();
-        const auto got = d_out.ToHost();
-        EXPECT_EQ(CountNonFinite(got), 0);
-        EXPECT_LT(RelativeError(got, expected), 1e-5)
-            << "F " << num_sparse << " dim " << dim << " requests " << num_requests;
-      }
+      const DeviceArray<float> d_x(x), d_pooled(pooled), d_u(u), d_e(e);
+      const DeviceArray<int32_t> d_offsets(offsets);
+      DeviceArray<float> d_out(expected.size());
+      d_out.Poison();
+      p.x = d_x.data();
+      p.pooled = d_pooled.data();
+      p.u = d_u.data();
+      p.e = d_e.data();
+      p.candidate_offsets = d_offsets.data();
+      p.out = d_out.data();
+      ASSERT_STATUS_OK(DotInteractionCuda(p, stream_));
+      Sync();
+      const auto got = d_out.ToHost();
+      EXPECT_EQ(CountNonFinite(got), 0);
+      EXPECT_LT(RelativeError(got, expected), 1e-5)
+          << "F " << num_sparse << " dim " << dim << " requests " << num_requests;
     }
   }
 }

@@ -9,51 +9,54 @@ namespace jagrank {
 namespace cuda {
 
 struct InteractionTraits {
-  static constexpr int kThreads = 128;
-  static_assert(kThreads % 32 == 0, "whole warps");
+  // Candidates per block, one warp each (the launcher uses fewer when their
+  // vectors would not fit in shared memory).
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
 };
 
-// Row stride of the staged vectors: dim + 1 floats, so that threads reading
-// element k of consecutive vectors hit consecutive banks.
-__host__ __device__ inline int InteractionSmemStride(int dim) { return dim + 1; }
+// Row stride of the staged vectors: dim rounded up to whole warps, plus one
+// float, so the stride is 1 mod 32. Lanes working on different pairs (a, b)
+// read element k of row a (and b) at bank (a + k) % 32: distinct rows (up
+// to 32 of them) never share a bank.
+__host__ __device__ inline int InteractionSmemStride(int dim) { return (dim + 31) / 32 * 32 + 1; }
 
-// Offsets up to this many entries (num_requests + 1) are staged in shared
-// memory with one coalesced load, so the per-candidate binary search does not
-// chain log2(R) dependent global loads; longer offset arrays are searched in
-// global memory.
-constexpr int kInteractionSmemOffsets = 1025;
-
-// Shared memory of one block: the n vectors, then the staged offsets.
-__host__ __device__ inline int64_t InteractionSmemBytes(int n, int dim, int num_requests) {
-  const int64_t offsets = num_requests + 1 <= kInteractionSmemOffsets ? num_requests + 1 : 0;
-  return 4 * (static_cast<int64_t>(n) * InteractionSmemStride(dim) + offsets);
+// Shared memory of one warp: its candidate's n vectors.
+__host__ __device__ inline int64_t InteractionWarpSmemBytes(int n, int dim) {
+  return 4 * static_cast<int64_t>(n) * InteractionSmemStride(dim);
 }
 
-// One block per candidate c; grid.x = num_candidates. The request r of c is
-// found by binary search in candidate_offsets; x_r and p_f,r are read from the
-// request-level tensors. Shared memory: [n, dim + 1] floats, the n vectors,
-// then (when short enough) candidate_offsets.
+// One warp per candidate c = blockIdx.x * warps + warp (grid.x = ceil(C /
+// warps)). The warp finds c's request r by binary search in
+// candidate_offsets, stages the n vectors (x_r, p_1..F,r, u_c, e_c) in its
+// slice of shared memory with coalesced loads, writes x_r to the output row,
+// and then each lane computes whole dot products: lane j takes pairs j,
+// j + 32, ..., so the 32 results of a round are stored to 32 consecutive
+// floats. The earlier kernel ran one 128-thread block per candidate with one
+// warp per pair and a shuffle reduction: 225 us for 128 requests (~35k
+// candidates) on the H200, 37% of the jagged forward pass (ncu, session 6),
+// bound by block start-up and single-float stores, not by its 32 MB of traffic.
 __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKernel(const DotInteractionParams params) {
-  extern __shared__ float vectors[];
-  const int c = blockIdx.x;
+  extern __shared__ float smem[];
+  const int warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int c = blockIdx.x * warps + warp;
+  if (c >= params.num_candidates) return;  // whole warps leave; nothing below syncs the block
   const int dim = params.dim;
   const int num_requests = params.num_requests;
-  const int n = params.num_sparse + 3;
+  const int num_sparse = params.num_sparse;
+  const int n = num_sparse + 3;
   const int stride = InteractionSmemStride(dim);
-  const int32_t* offsets = params.candidate_offsets;
-  if (num_requests + 1 <= kInteractionSmemOffsets) {
-    int32_t* staged = reinterpret_cast<int32_t*>(vectors + n * stride);
-    for (int i = threadIdx.x; i <= num_requests; i += blockDim.x) staged[i] = offsets[i];
-    __syncthreads();
-    offsets = staged;
-  }
+  float* vectors = smem + static_cast<int64_t>(warp) * n * stride;
 
   // Invariant offsets[lo] <= c < offsets[hi]; empty requests are skipped over.
+  const int32_t* offsets = params.candidate_offsets;
   int lo = 0;
   int hi = num_requests;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (offsets[mid] <= c) {
+    if (__ldg(offsets + mid) <= c) {
       lo = mid;
     } else {
       hi = mid;
@@ -63,45 +66,46 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
 
   const int width = dim + n * (n - 1) / 2;
   float* out = params.out + static_cast<int64_t>(c) * width;
-  for (int idx = threadIdx.x; idx < n * dim; idx += blockDim.x) {
-    const int a = idx / dim;
-    const int k = idx - a * dim;
-    float value;
+  for (int a = 0; a < n; ++a) {
+    const float* src;
     if (a == 0) {
-      value = params.x[r * dim + k];
-      out[k] = value;
-    } else if (a <= params.num_sparse) {
-      value = params.pooled[(static_cast<int64_t>(a - 1) * num_requests + r) * dim + k];
+      src = params.x + r * dim;
+    } else if (a <= num_sparse) {
+      src = params.pooled + (static_cast<int64_t>(a - 1) * num_requests + r) * dim;
     } else if (a == n - 2) {
-      value = params.u[static_cast<int64_t>(c) * dim + k];
+      src = params.u + static_cast<int64_t>(c) * dim;
     } else {
-      value = params.e[static_cast<int64_t>(c) * dim + k];
+      src = params.e + static_cast<int64_t>(c) * dim;
     }
-    vectors[a * stride + k] = value;
+    for (int k = lane; k < dim; k += 32) {
+      const float value = __ldg(src + k);
+      vectors[a * stride + k] = value;
+      if (a == 0) out[k] = value;
+    }
   }
-  __syncthreads();
+  __syncwarp();
 
-  // One warp per pair: the lanes split the dim products (consecutive k,
-  // conflict-free) and sum them with shuffles. (One thread per pair left 92
-  // of 128 threads idle and ran dim dependent FMAs serially: 28 us for 10.6k
-  // candidates on the H200.)
+  // Pairs in the order a = 0..n-2, b = a+1..n-1; row a's pairs start at
+  // `first`. A lane's pairs only grow, so (a, first) carry over.
   const int num_pairs = n * (n - 1) / 2;
-  const int lane = threadIdx.x % 32;
-  for (int pair = threadIdx.x / 32; pair < num_pairs; pair += blockDim.x / 32) {
-    // pair -> (a, b), a < b, in the order a = 0..n-2, b = a+1..n-1.
-    int a = 0;
-    int rest = pair;
-    while (rest >= n - 1 - a) {
-      rest -= n - 1 - a;
+  int a = 0;
+  int first = 0;
+  for (int pair = lane; pair < num_pairs; pair += 32) {
+    while (pair >= first + (n - 1 - a)) {
+      first += n - 1 - a;
       ++a;
     }
-    const int b = a + 1 + rest;
+    const int b = a + 1 + (pair - first);
     const float* va = vectors + a * stride;
     const float* vb = vectors + b * stride;
-    float dot = 0.0f;
-    for (int k = lane; k < dim; k += 32) dot += va[k] * vb[k];
-    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (lane == 0) out[dim + pair] = dot;
+    float dot0 = 0.0f, dot1 = 0.0f;  // two chains: half the dependent FMA latency
+    int k = 0;
+    for (; k + 1 < dim; k += 2) {
+      dot0 = fmaf(va[k], vb[k], dot0);
+      dot1 = fmaf(va[k + 1], vb[k + 1], dot1);
+    }
+    if (k < dim) dot0 = fmaf(va[k], vb[k], dot0);
+    out[dim + pair] = dot0 + dot1;
   }
 }
 

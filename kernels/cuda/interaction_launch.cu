@@ -1,4 +1,5 @@
 // Launcher of the dot interaction (declared in kernels/cuda_ops.h).
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/interaction_kernel.cuh"
@@ -31,21 +32,25 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   if (params.out == nullptr) return Status::InvalidArgument("out: null");
 
   const int n = params.num_sparse + 3;
-  const int64_t smem_bytes = cuda::InteractionSmemBytes(n, params.dim, params.num_requests);
+  const int64_t warp_bytes = cuda::InteractionWarpSmemBytes(n, params.dim);
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   int max_smem = 0;
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem_bytes > max_smem) {
-    return Status::Unimplemented("dot interaction: (num_sparse + 3) * (dim + 1) * 4 bytes of vectors (plus staged "
-                                 "offsets) = " + std::to_string(smem_bytes) +
-                                 " bytes of shared memory, above the device's " + std::to_string(max_smem));
+  if (warp_bytes > max_smem) {
+    return Status::Unimplemented("dot interaction: (num_sparse + 3) vectors of dim = " + std::to_string(params.dim) +
+                                 " floats (padded) = " + std::to_string(warp_bytes) +
+                                 " bytes of shared memory for one candidate's vectors, above the device's " +
+                                 std::to_string(max_smem));
   }
+  const int warps = static_cast<int>(std::min<int64_t>(cuda::InteractionTraits::kWarps, max_smem / warp_bytes));
+  const int64_t smem_bytes = warps * warp_bytes;
   if (smem_bytes > 48 * 1024) {
     RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(cuda::DotInteractionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(smem_bytes)));
   }
-  cuda::DotInteractionKernel<<<params.num_candidates, cuda::InteractionTraits::kThreads, smem_bytes, stream>>>(params);
+  const int64_t blocks = (static_cast<int64_t>(params.num_candidates) + warps - 1) / warps;
+  cuda::DotInteractionKernel<<<static_cast<unsigned>(blocks), 32 * warps, smem_bytes, stream>>>(params);
   return CudaLaunchStatus("DotInteractionKernel");
 }
 
