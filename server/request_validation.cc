@@ -28,8 +28,8 @@ Status ValidateRankRequest(const v1::RankRequest& request, const ModelConfig& mo
   if (RankRequestByteSizeBound(request) > static_cast<size_t>(server.max_request_bytes)) {
     const size_t bytes = request.ByteSizeLong();
     if (bytes > static_cast<size_t>(server.max_request_bytes)) {
-      return Status::InvalidArgument("request message is " + std::to_string(bytes) + " bytes: exceeds max_request_bytes = " +
-                                     std::to_string(server.max_request_bytes));
+      return Status::InvalidArgument("request message is " + std::to_string(bytes) +
+                                     " bytes: exceeds max_request_bytes = " + std::to_string(server.max_request_bytes));
     }
   }
   if (request.dense_features_size() != model.num_dense_features) {
