@@ -250,12 +250,12 @@ if [[ -x "$BIN/jagrank-bench-model" && "${MODEL_BENCH:-1}" == 1 ]]; then
 fi
 
 # Workload 1: the default model, histories median 100 up to 1024, 50-500 candidates.
+H1024_LOAD=(--history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500)
 WORKLOADS=${WORKLOADS:-h1024 h4096}
 for policy in ${H1024_POLICIES:-delay}; do
   [[ " $WORKLOADS " == *" h1024 "* ]] || break
   bench_workload "h1024$(policy_suffix "$policy")" "${H1024_CONCURRENCY:-8 32 64 128 256 384 512}" \
-    "${OPEN_FRACTIONS-0.5 0.8 0.95}" -- \
-    --history-median 100 --history-sigma 1.0 --candidates-min 50 --candidates-max 500
+    "${OPEN_FRACTIONS-0.5 0.8 0.95}" -- "${H1024_LOAD[@]}"
 done
 
 # Diagnostics (not in the best-QPS summary): does the client bound QPS?
@@ -270,19 +270,16 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   [[ ${DIAG_POLICY:-delay} == idle ]] && diag_flags=(--dispatch-when-idle)
   if start_server h1024_jagged_diag jagged "${diag_flags[@]}"; then
     for ch in ${DIAG_CHANNELS-4 16 32}; do
-      run_point "diag_h1024_jagged_c${diag_c}_ch$ch" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
-        --candidates-max 500 --concurrency "$diag_c" --channels "$ch"
+      run_point "diag_h1024_jagged_c${diag_c}_ch$ch" "${H1024_LOAD[@]}" --concurrency "$diag_c" --channels "$ch"
     done
     for t in ${DIAG_CLIENT_THREADS-}; do
-      run_point "diag_h1024_jagged_c${diag_c}_t$t" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
-        --candidates-max 500 --concurrency "$diag_c" --client-threads "$t"
+      run_point "diag_h1024_jagged_c${diag_c}_t$t" "${H1024_LOAD[@]}" --concurrency "$diag_c" --client-threads "$t"
     done
     # Is one loadgen process the bound? Two at half the concurrency each, side by side.
     local_pids=()
     for p in $([[ ${DIAG_TWO_PROC:-1} == 1 ]] && echo a b); do
       "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $GRPC_TARGET --label "diag_h1024_jagged_2proc_c$((diag_c / 2))_$p" \
-        "${LOADGEN_FLAGS[@]}" --seed "$([[ $p == a ]] && echo 1 || echo 2)" --history-median 100 --history-sigma 1.0 \
-        --candidates-min 50 --candidates-max 500 --concurrency $((diag_c / 2)) \
+        "${LOADGEN_FLAGS[@]}" --seed "$([[ $p == a ]] && echo 1 || echo 2)" "${H1024_LOAD[@]}" --concurrency $((diag_c / 2)) \
         --json-out "$OUT/diag_h1024_jagged_2proc_c$((diag_c / 2))_$p.json" >/dev/null 2>&1 &
       local_pids+=($!)
     done
@@ -296,8 +293,7 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     export JAGRANK_ABSL_DEADLOCK_CHECK=1
     if start_server h1024_jagged_diag_abslcheck jagged "${diag_flags[@]}"; then
       for c in ${DIAG_ABSL_CONCURRENCY:-$diag_c}; do
-        run_point "diag_h1024_jagged_c${c}_abslcheck" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
-          --candidates-max 500 --concurrency "$c"
+        run_point "diag_h1024_jagged_c${c}_abslcheck" "${H1024_LOAD[@]}" --concurrency "$c"
       done
       stop_server
     fi
@@ -307,8 +303,7 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   # default is half the cores, 2 to 8), one server start each.
   for q in ${DIAG_CQS-}; do
     start_server "h1024_jagged_diag_cq$q" jagged "${diag_flags[@]}" --grpc-completion-queues "$q" || continue
-    run_point "diag_h1024_jagged_c${diag_c}_cq$q" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
-      --candidates-max 500 --concurrency "$diag_c"
+    run_point "diag_h1024_jagged_c${diag_c}_cq$q" "${H1024_LOAD[@]}" --concurrency "$diag_c"
     stop_server
   done
 fi
@@ -329,16 +324,11 @@ done
 # gives each start's best QPS at p99 <= 20 ms and the ratio of the means.
 for ((round = 1; round <= ${REPEAT_STARTS:-0}; round++)); do
   order=(${REPEAT_STRATEGIES:-jagged padded_flash})
-  if ((round % 2 == 0)); then
-    for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
-      t=${order[i]}; order[i]=${order[j]}; order[j]=$t
-    done
-  fi
+  ((round % 2 == 0)) && order=($(printf '%s\n' "${order[@]}" | tac))
   for attention in "${order[@]}"; do
     start_server "rep_h1024_${attention}_s$round" "$attention" || continue
     for c in ${REPEAT_CONCURRENCY:-1024 1280 1536}; do
-      run_point "rep_h1024_${attention}_s${round}_c$c" --history-median 100 --history-sigma 1.0 --candidates-min 50 \
-        --candidates-max 500 --concurrency "$c"
+      run_point "rep_h1024_${attention}_s${round}_c$c" "${H1024_LOAD[@]}" --concurrency "$c"
     done
     stop_server
   done
@@ -425,9 +415,12 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
     r["model_weights_bytes"] = after.get("jagrank_model_weights_bytes")
     rows.setdefault((m.group(1), m.group(2)), []).append(r)
 
+def under_bound(r):  # answered, no errors, p99 <= 20 ms
+    return r["requests_ok"] > 0 and r["latency_ms"]["p99"] <= 20.0 and r["requests_error"] == 0
+
 summary = {}
 for (workload, attention), rs in sorted(rows.items()):
-    ok = [r for r in rs if r["requests_ok"] > 0 and r["latency_ms"]["p99"] <= 20.0 and r["requests_error"] == 0]
+    ok = [r for r in rs if under_bound(r)]
     best = max(ok, key=lambda r: r["qps"]) if ok else None
     summary.setdefault(workload, {})[attention] = {
         "best_under_p99_20ms": None if best is None else {
@@ -471,8 +464,7 @@ repeats = {}
 for attention, per_start in sorted(starts.items()):
     best = []
     for _, rs in sorted(per_start.items()):
-        ok = [r for r in rs if r["requests_ok"] > 0 and r["latency_ms"]["p99"] <= 20.0 and r["requests_error"] == 0]
-        best.append(max((r["qps"] for r in ok), default=0.0))
+        best.append(max((r["qps"] for r in rs if under_bound(r)), default=0.0))
     repeats[attention] = {"best_qps_per_start": best, "mean": sum(best) / len(best), "min": min(best), "max": max(best)}
 if repeats:
     summary["_repeats_h1024"] = repeats

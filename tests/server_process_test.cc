@@ -123,6 +123,14 @@ class ServerProcessTest : public ::testing::Test {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
 
+  // Runs the binary on the CPU with `flags` appended, to its exit: its exit
+  // code, with stdout and stderr in *out (for flags it refuses at start).
+  int RunServerToExit(const std::string& flags, std::string* out) {
+    return RunCommand(std::string(JAGRANK_SERVER_BINARY) + " --grpc-address 127.0.0.1:0 --device cpu --model-config " +
+                          dir_ + "/model.yaml " + flags + " 2>&1",
+                      out);
+  }
+
   std::string dir_;
   ModelConfig model_config_;
   pid_t pid_ = -1;
@@ -334,10 +342,7 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
 // --minimal-stack) and records its client stack in the JSON.
 TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
   std::string out;
-  EXPECT_EQ(RunCommand(std::string(JAGRANK_SERVER_BINARY) + " --grpc-address 127.0.0.1:0 --device cpu --model-config " +
-                           dir_ + "/model.yaml --grpc-channel-args grpc.minimal_stack=1 2>&1",
-                       &out),
-            2);
+  EXPECT_EQ(RunServerToExit("--grpc-channel-args grpc.minimal_stack=1", &out), 2);
   EXPECT_NE(out.find("grpc_channel_args"), std::string::npos) << out;
   EXPECT_NE(out.find("receive-size cap"), std::string::npos) << out;
 
@@ -370,10 +375,7 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
 
 TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {
   std::string out;
-  EXPECT_EQ(RunCommand(std::string(JAGRANK_SERVER_BINARY) + " --grpc-address 127.0.0.1:0 --device cpu --model-config " +
-                           dir_ + "/model.yaml --cuda-sync yield 2>&1",
-                       &out),
-            2);
+  EXPECT_EQ(RunServerToExit("--cuda-sync yield", &out), 2);
   EXPECT_NE(out.find("cuda_sync = 'yield': must be spin or block"), std::string::npos) << out;
   StartServer({"--cuda-sync", "block"});  // a CPU server takes (and ignores) it
   EXPECT_NE(ReadFile(dir_ + "/server.log").find("cuda_sync=block"), std::string::npos);
