@@ -4,6 +4,7 @@
 #ifndef JAGRANK_KERNELS_LINEAR_H_
 #define JAGRANK_KERNELS_LINEAR_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/status.h"
@@ -19,6 +20,10 @@ struct LinearParams {
   int n;                     // out features, > 0
   int k;                     // in features, > 0
   float* y;                  // [m, n]; must not alias x
+  // CUDA only, optional: cuBLASLt workspace on the device, used in stream
+  // order (one per stream). 0 bytes limits cuBLASLt to kernels that need none.
+  void* workspace;
+  size_t workspace_bytes;
 };
 
 // CPU backend (OpenBLAS); InvalidArgument naming the field on bad input.

@@ -140,6 +140,7 @@ class CudaModel final : public Model {
   cudaStream_t copy_stream_ = nullptr;  // H2D copies of staged batches (Stage)
   cudaMemPool_t pool_ = nullptr;
   std::vector<void*> weight_allocs_;
+  void* linear_workspace_ = nullptr;  // cuBLASLt's, used on stream_ only
   int64_t weights_bytes_ = 0;
   std::vector<DeviceLayer> bottom_, top_;
   std::vector<const void*> sparse_tables_;
@@ -179,6 +180,7 @@ CudaModel::~CudaModel() {
   if (d2h_done_ != nullptr) cudaEventDestroy(d2h_done_);
   if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
   for (void* p : weight_allocs_) cudaFree(p);
+  if (linear_workspace_ != nullptr) cudaFree(linear_workspace_);
   if (host_scores_ != nullptr) cudaFreeHost(host_scores_);
 }
 
@@ -240,6 +242,8 @@ Status CudaModel::Init(const ModelWeights& w) {
   RETURN_IF_CUDA_ERROR(cudaMemPoolCreate(&pool_, &props));
   uint64_t keep_everything = std::numeric_limits<uint64_t>::max();  // never trimmed at synchronisation
   RETURN_IF_CUDA_ERROR(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+
+  RETURN_IF_CUDA_ERROR(cudaMalloc(&linear_workspace_, kLinearWorkspaceBytes));
 
   int in = config_.num_dense_features;
   for (size_t i = 0; i < config_.bottom_mlp.size(); ++i) {
@@ -339,6 +343,8 @@ Status CudaModel::Linear(const float* x, const float* w, int m, int n, int k, fl
   p.n = n;
   p.k = k;
   p.y = y;
+  p.workspace = linear_workspace_;
+  p.workspace_bytes = kLinearWorkspaceBytes;
   return LinearCuda(p, stream_, tf32_);
 }
 
@@ -356,6 +362,8 @@ Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, co
     p.n = layers[i].out;
     p.k = layers[i].in;
     p.y = y;
+    p.workspace = linear_workspace_;
+    p.workspace_bytes = kLinearWorkspaceBytes;
     RETURN_IF_ERROR(LinearCuda(p, stream_, tf32_));
     in = y;
   }

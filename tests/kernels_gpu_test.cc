@@ -316,11 +316,14 @@ TEST_F(KernelsGpuTest, HistoryGatherOfOnlyEmptyHistoriesAcceptsEmptyTensors) {
 
 TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
   std::mt19937_64 rng(14);
-  // (num_sparse, dim): the model's shape (6, 64); dims off the warp size; 43
-  // vectors (903 pairs, lanes take many rounds, rows beyond 32 banks); and
-  // 33 vectors of 1000 floats, whose 132 KB of shared memory leave room for
-  // one candidate per block only.
-  const int shapes[][2] = {{0, 8}, {0, 64}, {1, 100}, {1, 31}, {6, 64}, {6, 100}, {6, 33}, {40, 64}, {30, 1000}};
+  // (num_sparse, dim), n = num_sparse + 3 vectors. Up to 10 vectors run the
+  // register kernel: the model's shape (6, 64); dims off the warp size; 10
+  // vectors (45 pairs: the butterfly's 32 and all 13 tail pairs). Above 10,
+  // the shared-memory kernel: 16 and 17 vectors; 43 (903 pairs, lanes take
+  // many rounds, rows beyond 32 banks); and 33 vectors of 1000 floats, whose
+  // 132 KB of shared memory leave room for one candidate per block only.
+  const int shapes[][2] = {{0, 8},  {0, 64},  {1, 100}, {1, 31},  {6, 64},  {6, 100},  {6, 33},
+                           {7, 47}, {7, 5},   {7, 64},  {13, 64}, {14, 64}, {40, 64}, {30, 1000}};
   for (const auto& shape : shapes) {
     const int num_sparse = shape[0], dim = shape[1];
     // 1100 requests: a deep binary search over the offsets (the CPU reference
@@ -518,7 +521,10 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
   struct Shape {
     int m, n, k;
   };
-  const Shape shapes[] = {{1, 1, 1}, {37, 65, 13}, {300, 256, 130}, {1024, 1, 479}};
+  // The last shape is the top MLP's first layer at 128 requests per batch,
+  // where cuBLASLt may pick kernels that use the workspace (split k).
+  const Shape shapes[] = {{1, 1, 1}, {37, 65, 13}, {300, 256, 130}, {1024, 1, 479}, {4096, 512, 100}};
+  DeviceArray<float> workspace(kLinearWorkspaceBytes / sizeof(float));
   for (const Shape& s : shapes) {
     const auto x = RandomFloats(rng, static_cast<size_t>(s.m) * s.k);
     const auto w = RandomFloats(rng, static_cast<size_t>(s.n) * s.k);
@@ -526,8 +532,13 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
     const DeviceArray<float> d_x(x), d_w(w), d_bias(bias);
     for (bool with_bias : {false, true}) {
       for (bool relu : {false, true}) {
-        for (bool tf32 : {false, true}) {
+        for (int variant = 0; variant < 3; ++variant) {  // fp32; TF32; TF32 with a workspace
+          const bool tf32 = variant > 0;
           LinearParams p = {};
+          if (variant == 2) {
+            p.workspace = workspace.data();
+            p.workspace_bytes = kLinearWorkspaceBytes;
+          }
           p.relu = relu;
           p.m = s.m;
           p.n = s.n;
@@ -552,7 +563,7 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
           // TF32 keeps 10 mantissa bits of each operand.
           EXPECT_LT(RelativeError(got, expected), tf32 ? 5e-3 : 1e-5)
               << "m " << s.m << " n " << s.n << " k " << s.k << " bias " << with_bias << " relu " << relu
-              << " tf32 " << tf32;
+              << " variant " << variant;
           if (relu) {
             for (float y : got) ASSERT_GE(y, 0.0f);
           }
@@ -879,25 +890,34 @@ TEST_F(KernelsGpuTest, DISABLED_Timing) {
     std::printf("timing padded_dense_attention B=%d N=%d H=%d D=%d bf16: %.4f ms, workspace %.1f MiB\n", batch, n,
                 heads, dh, ms, PaddedDenseAttentionWorkspaceBytes(p) / 1048576.0);
   }
-  {  // top-MLP-like linear: m = 16384 candidates, 512 <- 1024, bias + ReLU, fp32 and TF32
-    const int m = 16384, n = 512, k = 1024;
-    const DeviceArray<float> x(RandomFloats(rng, static_cast<size_t>(m) * k));
-    const DeviceArray<float> w(RandomFloats(rng, static_cast<size_t>(n) * k));
-    const DeviceArray<float> bias(RandomFloats(rng, n));
-    DeviceArray<float> y(static_cast<size_t>(m) * n);
-    LinearParams p = {};
-    p.x = x.data();
-    p.weight = w.data();
-    p.maybe_bias = bias.data();
-    p.relu = true;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.y = y.data();
-    for (bool tf32 : {false, true}) {
-      const float ms = time_ms([&] { return LinearCuda(p, stream_, tf32); });
-      std::printf("timing linear m=%d n=%d k=%d bias+relu %s: %.4f ms, %.1f TFLOP/s\n", m, n, k,
-                  tf32 ? "tf32" : "fp32", ms, 2.0 * m * n * k / ms / 1e9);
+  {  // linear with bias + ReLU, fp32 and TF32, without and with a cuBLASLt workspace: a generic shape and the
+     // default model's top MLP at ~35k candidates (128 requests per batch: 100 -> 512 -> 256).
+    const int shapes[][3] = {{16384, 512, 1024}, {35000, 512, 100}, {35000, 256, 512}};
+    DeviceArray<float> workspace((size_t{32} << 20) / sizeof(float));
+    for (const auto& shape : shapes) {
+      const int m = shape[0], n = shape[1], k = shape[2];
+      const DeviceArray<float> x(RandomFloats(rng, static_cast<size_t>(m) * k));
+      const DeviceArray<float> w(RandomFloats(rng, static_cast<size_t>(n) * k));
+      const DeviceArray<float> bias(RandomFloats(rng, n));
+      DeviceArray<float> y(static_cast<size_t>(m) * n);
+      LinearParams p = {};
+      p.x = x.data();
+      p.weight = w.data();
+      p.maybe_bias = bias.data();
+      p.relu = true;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      p.y = y.data();
+      for (bool tf32 : {false, true}) {
+        for (size_t workspace_bytes : {size_t{0}, size_t{32} << 20}) {
+          p.workspace = workspace_bytes > 0 ? workspace.data() : nullptr;
+          p.workspace_bytes = workspace_bytes;
+          const float ms = time_ms([&] { return LinearCuda(p, stream_, tf32); });
+          std::printf("timing linear m=%d n=%d k=%d bias+relu %s workspace %zu MiB: %.4f ms, %.1f TFLOP/s\n", m, n,
+                      k, tf32 ? "tf32" : "fp32", workspace_bytes >> 20, ms, 2.0 * m * n * k / ms / 1e9);
+        }
+      }
     }
   }
   cudaEventDestroy(start);

@@ -32,6 +32,12 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   if (params.out == nullptr) return Status::InvalidArgument("out: null");
 
   const int n = params.num_sparse + 3;
+  if (n <= cuda::InteractionRegisterTraits::kMaxVectors) {
+    constexpr int kWarps = cuda::InteractionRegisterTraits::kWarps;
+    const int64_t blocks = (static_cast<int64_t>(params.num_candidates) + kWarps - 1) / kWarps;
+    cuda::DotInteractionRegisterKernel<<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(params);
+    return CudaLaunchStatus("DotInteractionRegisterKernel");
+  }
   const int64_t warp_bytes = cuda::InteractionWarpSmemBytes(n, params.dim);
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));

@@ -53,9 +53,11 @@ struct PlanKey {
   int epilogue;
   bool tf32;
   uint32_t align_a, align_b, align_c;
+  size_t workspace_bytes;
   bool operator==(const PlanKey& o) const {
-    return std::tie(device, m_class, n, k, epilogue, tf32, align_a, align_b, align_c) ==
-           std::tie(o.device, o.m_class, o.n, o.k, o.epilogue, o.tf32, o.align_a, o.align_b, o.align_c);
+    return std::tie(device, m_class, n, k, epilogue, tf32, align_a, align_b, align_c, workspace_bytes) ==
+           std::tie(o.device, o.m_class, o.n, o.k, o.epilogue, o.tf32, o.align_a, o.align_b, o.align_c,
+                    o.workspace_bytes);
   }
 };
 
@@ -64,7 +66,7 @@ struct PlanKeyHash {
     uint64_t h = 1469598103934665603ull;
     for (uint64_t v : {uint64_t(key.device), uint64_t(key.m_class), uint64_t(key.n), uint64_t(key.k),
                        uint64_t(key.epilogue), uint64_t(key.tf32), uint64_t(key.align_a), uint64_t(key.align_b),
-                       uint64_t(key.align_c)}) {
+                       uint64_t(key.align_c), uint64_t(key.workspace_bytes)}) {
       h = (h ^ v) * 1099511628211ull;
     }
     return static_cast<size_t>(h);
@@ -107,7 +109,8 @@ Status CreatePlan(const PlanKey& key, int m, LtPlan* plan) {
   RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, key.n, m, key.n));
 
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&plan->preference));
-  const size_t workspace_bytes = 0;  // no shared workspace: calls on different streams stay independent
+  // The caller's workspace (one per stream, so calls on different streams stay independent).
+  const uint64_t workspace_bytes = key.workspace_bytes;
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
       plan->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
   const struct {
@@ -192,6 +195,7 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
   key.align_a = Alignment(params.weight);
   key.align_b = Alignment(params.x);
   key.align_c = Alignment(params.y);
+  key.workspace_bytes = params.workspace != nullptr ? params.workspace_bytes : 0;
 
   LtPlan* plan = nullptr;
   RETURN_IF_ERROR(GetPlan(key, params.m, &plan));
@@ -205,12 +209,12 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
   const float one = 1.0f;
   const float zero = 0.0f;
   cublasStatus_t status = cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &zero,
-                                         params.y, plan->c, params.y, plan->c, &plan->algo, nullptr, 0, stream);
+                                         params.y, plan->c, params.y, plan->c, &plan->algo, params.workspace, key.workspace_bytes, stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
     // The class's algorithm does not cover this m: nothing was launched; ask for this m.
     RETURN_IF_ERROR(ChooseAlgorithm(handle, key, params.m, plan));
     status = cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &zero, params.y,
-                            plan->c, params.y, plan->c, &plan->algo, nullptr, 0, stream);
+                            plan->c, params.y, plan->c, &plan->algo, params.workspace, key.workspace_bytes, stream);
   }
   RETURN_IF_CUBLAS_ERROR(status);
   return Status::Ok();
