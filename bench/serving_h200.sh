@@ -68,12 +68,15 @@ LOADGEN_FLAGS=(--channels "${LOADGEN_CHANNELS:-32}" --client-threads "${LOADGEN_
                --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" ${LOADGEN_EXTRA_FLAGS:-})
 # SERVER_CPUS, LOADGEN_CPUS: CPU lists for taskset (e.g. 0-15 and 16-31 on a
 # 32-core host: the loadgen on cores of its own, as on a second machine).
-# Unset: no pinning, server and loadgen share every core. GPU_INDEX (default
-# 0): the GPU nvidia-smi samples; set CUDA_VISIBLE_DEVICES to match.
+# Unset: no pinning, server and loadgen share every core. LOADGEN_NICE
+# (e.g. 19): the loadgen's nice value, so that on a shared host the server's
+# threads win the cores when both are runnable. GPU_INDEX (default 0): the
+# GPU nvidia-smi samples; set CUDA_VISIBLE_DEVICES to match.
 SERVER_RUN=()
 LOADGEN_RUN=()
 [[ -n ${SERVER_CPUS:-} ]] && SERVER_RUN=(taskset -c "$SERVER_CPUS")
 [[ -n ${LOADGEN_CPUS:-} ]] && LOADGEN_RUN=(taskset -c "$LOADGEN_CPUS")
+[[ -n ${LOADGEN_NICE:-} ]] && LOADGEN_RUN=(nice -n "$LOADGEN_NICE" "${LOADGEN_RUN[@]}")
 
 SERVER_PID=""
 SMI_PID=""
