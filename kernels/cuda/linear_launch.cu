@@ -208,8 +208,9 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
 
   const float one = 1.0f;
   const float zero = 0.0f;
-  cublasStatus_t status = cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &zero,
-                                         params.y, plan->c, params.y, plan->c, &plan->algo, params.workspace, key.workspace_bytes, stream);
+  cublasStatus_t status =
+      cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &zero, params.y, plan->c,
+                     params.y, plan->c, &plan->algo, params.workspace, key.workspace_bytes, stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
     // The class's algorithm does not cover this m: nothing was launched; ask for this m.
     RETURN_IF_ERROR(ChooseAlgorithm(handle, key, params.m, plan));
