@@ -893,7 +893,8 @@ TEST_F(KernelsGpuTest, DISABLED_Timing) {
   {  // linear with bias + ReLU, fp32 and TF32, without and with a cuBLASLt workspace: a generic shape and the
      // default model's top MLP at ~35k candidates (128 requests per batch: 100 -> 512 -> 256).
     // Also the history projections at ~21k tokens: QKV (64 -> 192) and Wo (64 -> 64).
-    const int shapes[][3] = {{16384, 512, 1024}, {35000, 512, 100}, {35000, 256, 512}, {21000, 192, 64}, {21000, 64, 64}};
+    const int shapes[][3] = {
+        {16384, 512, 1024}, {35000, 512, 100}, {35000, 256, 512}, {21000, 192, 64}, {21000, 64, 64}};
     DeviceArray<float> workspace((size_t{32} << 20) / sizeof(float));
     for (const auto& shape : shapes) {
       const int m = shape[0], n = shape[1], k = shape[2];
