@@ -129,6 +129,8 @@ class CudaModel final : public Model {
   Status RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings);
   Status Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out);
   Status Linear(const float* x, const float* w, int m, int n, int k, float* y);
+  // LinearCuda on stream_ with the model's cuBLASLt workspace.
+  Status RunLinear(LinearParams p);
 
   ModelConfig config_;
   ModelOptions options_;
@@ -227,14 +229,14 @@ Status CudaModel::Init(const ModelWeights& w) {
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   // Every event here is timed (cudaEventElapsedTime), so none is created
   // with cudaEventDisableTiming.
+  // The events Run waits on block the thread with cuda_blocking_sync.
+  const unsigned wait_flags = options_.cuda_blocking_sync ? cudaEventBlockingSync : cudaEventDefault;
   for (StageSlot& slot : slots_) {
     RETURN_IF_CUDA_ERROR(cudaEventCreate(&slot.copy_start));
-    RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(
-        &slot.copy_done, options_.cuda_blocking_sync ? cudaEventBlockingSync : cudaEventDefault));
+    RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&slot.copy_done, wait_flags));
   }
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&d2h_start_));
-  RETURN_IF_CUDA_ERROR(
-      cudaEventCreateWithFlags(&d2h_done_, options_.cuda_blocking_sync ? cudaEventBlockingSync : cudaEventDefault));
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&d2h_done_, wait_flags));
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
@@ -343,6 +345,10 @@ Status CudaModel::Linear(const float* x, const float* w, int m, int n, int k, fl
   p.n = n;
   p.k = k;
   p.y = y;
+  return RunLinear(p);
+}
+
+Status CudaModel::RunLinear(LinearParams p) {
   p.workspace = linear_workspace_;
   p.workspace_bytes = kLinearWorkspaceBytes;
   return LinearCuda(p, stream_, tf32_);
@@ -362,9 +368,7 @@ Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, co
     p.n = layers[i].out;
     p.k = layers[i].in;
     p.y = y;
-    p.workspace = linear_workspace_;
-    p.workspace_bytes = kLinearWorkspaceBytes;
-    RETURN_IF_ERROR(LinearCuda(p, stream_, tf32_));
+    RETURN_IF_ERROR(RunLinear(p));
     in = y;
   }
   *out = y;

@@ -895,7 +895,7 @@ TEST_F(KernelsGpuTest, DISABLED_Timing) {
     // Also the history projections at ~21k tokens: QKV (64 -> 192) and Wo (64 -> 64).
     const int shapes[][3] = {
         {16384, 512, 1024}, {35000, 512, 100}, {35000, 256, 512}, {21000, 192, 64}, {21000, 64, 64}};
-    DeviceArray<float> workspace((size_t{32} << 20) / sizeof(float));
+    DeviceArray<float> workspace(kLinearWorkspaceBytes / sizeof(float));
     for (const auto& shape : shapes) {
       const int m = shape[0], n = shape[1], k = shape[2];
       const DeviceArray<float> x(RandomFloats(rng, static_cast<size_t>(m) * k));
@@ -912,7 +912,7 @@ TEST_F(KernelsGpuTest, DISABLED_Timing) {
       p.k = k;
       p.y = y.data();
       for (bool tf32 : {false, true}) {
-        for (size_t workspace_bytes : {size_t{0}, size_t{32} << 20}) {
+        for (size_t workspace_bytes : {size_t{0}, kLinearWorkspaceBytes}) {
           p.workspace = workspace_bytes > 0 ? workspace.data() : nullptr;
           p.workspace_bytes = workspace_bytes;
           const float ms = time_ms([&] { return LinearCuda(p, stream_, tf32); });
