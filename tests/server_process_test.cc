@@ -111,6 +111,15 @@ class ServerProcessTest : public ::testing::Test {
       if (!serving) std::this_thread::sleep_for(20ms);
     }
     ASSERT_TRUE(serving) << "not SERVING in 60 s; log:\n" << ReadFile(dir_ + "/server.log");
+    // Health answers SERVING as soon as gRPC starts, a moment before main()
+    // logs its "ready" line with the config summary that tests read.
+    const auto log_give_up = std::chrono::steady_clock::now() + 10s;
+    while (ReadFile(dir_ + "/server.log").find("jagrank-server ready") == std::string::npos &&
+           std::chrono::steady_clock::now() < log_give_up) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_NE(ReadFile(dir_ + "/server.log").find("jagrank-server ready"), std::string::npos)
+        << "no ready line in 10 s after SERVING; log:\n" << ReadFile(dir_ + "/server.log");
     stub_ = v1::Ranker::NewStub(channel_);
   }
 
