@@ -38,6 +38,7 @@ Batcher::~Batcher() {
 
 Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
   int64_t depth = 0;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Status::Unavailable("server is shutting down");
@@ -52,9 +53,14 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
     queued_longest_ = std::max(queued_longest_, r.history_tokens);
     queue_.push_back(std::move(*request));
     depth = queue_.size();
+    // NextBatch waits for the first request, then for a budget, the oldest
+    // request's delay (unchanged by a push at the back) or an idle executor.
+    // Waking it for any other push only puts it back to sleep: one futex
+    // wake and context switch per request while a batch fills.
+    wake = depth == 1 || BudgetReachedLocked() || (config_.dispatch_when_idle && !executor_has_batch_waiting_);
   }
   metrics_->SetQueueDepth(depth);
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   return Status::Ok();
 }
 

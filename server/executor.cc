@@ -76,7 +76,7 @@ void Executor::ReleaseSlot(Work* work) {
   std::lock_guard<std::mutex> lock(mu_);
   slot_busy_[work->slot] = false;
   work->slot = -1;
-  cv_.notify_all();
+  assembly_cv_.notify_one();
 }
 
 void Executor::AssembleLoop() {
@@ -94,21 +94,21 @@ void Executor::AssembleLoop() {
       // in it two batches ago has run, i.e. while the previous batch computes.
       std::unique_lock<std::mutex> lock(mu_);
       const int slot = next_slot_;
-      cv_.wait(lock, [&] { return !slot_busy_[slot]; });
+      assembly_cv_.wait(lock, [&] { return !slot_busy_[slot]; });
       slot_busy_[slot] = true;
       work->slot = slot;
     }
     next_slot_ = (next_slot_ + 1) % Model::kStageSlots;
     Stage(work.get());
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return ready_ == nullptr; });
+    assembly_cv_.wait(lock, [&] { return ready_ == nullptr; });
     ready_ = std::move(work);
     batcher_->SetExecutorHasBatchWaiting(true);
-    cv_.notify_all();
+    compute_cv_.notify_one();
   }
   std::lock_guard<std::mutex> lock(mu_);
   assembly_done_ = true;
-  cv_.notify_all();
+  compute_cv_.notify_one();
 }
 
 void Executor::ComputeLoop() {
@@ -116,14 +116,14 @@ void Executor::ComputeLoop() {
     std::unique_ptr<Work> work;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
+      compute_cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
       if (ready_ == nullptr) break;  // assembly finished and nothing is left
       work = std::move(ready_);
       // Nothing is staged behind this batch now: with dispatch_when_idle the
       // batcher closes the next one at once, to be staged while this one
       // runs. Set under mu_ so it cannot cross the assembly thread's update.
       batcher_->SetExecutorHasBatchWaiting(false);
-      cv_.notify_all();  // the assembly thread may hand over the next batch
+      assembly_cv_.notify_one();  // the assembly thread may hand over the next batch
     }
     const bool answer = Compute(work.get());
     std::unique_lock<std::mutex> lock(mu_);
@@ -132,13 +132,13 @@ void Executor::ComputeLoop() {
       spares_.push_back(std::move(work));
       continue;
     }
-    cv_.wait(lock, [&] { return computed_.size() < kMaxComputedBatches; });
+    compute_cv_.wait(lock, [&] { return computed_.size() < kMaxComputedBatches; });
     computed_.push_back(std::move(work));
-    cv_.notify_all();
+    completion_cv_.notify_one();
   }
   std::lock_guard<std::mutex> lock(mu_);
   compute_done_ = true;
-  cv_.notify_all();
+  completion_cv_.notify_all();
 }
 
 void Executor::CompleteLoop() {
@@ -146,11 +146,11 @@ void Executor::CompleteLoop() {
     std::unique_ptr<Work> work;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !computed_.empty() || compute_done_; });
+      completion_cv_.wait(lock, [&] { return !computed_.empty() || compute_done_; });
       if (computed_.empty()) return;  // compute finished and everything is answered
       work = std::move(computed_.front());
       computed_.pop_front();
-      cv_.notify_all();  // the compute thread may be waiting for room
+      compute_cv_.notify_one();  // the compute thread may be waiting for room
     }
     Complete(work.get());
     work->requests.clear();

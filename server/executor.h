@@ -83,7 +83,11 @@ class Executor {
   Batcher* const batcher_;
   ServerMetrics* const metrics_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  // One condition variable per waiting role, so that a hand-over wakes only
+  // the thread it concerns (one shared one woke all six threads every time).
+  std::condition_variable assembly_cv_;    // a slot freed, or ready_ taken
+  std::condition_variable compute_cv_;     // ready_ set, assembly done, or room in computed_
+  std::condition_variable completion_cv_;  // a batch in computed_, or compute done
   std::unique_ptr<Work> ready_;  // assembled, waiting for compute; guarded by mu_
   std::deque<std::unique_ptr<Work>> computed_;  // waiting to be answered; guarded by mu_
   std::vector<std::unique_ptr<Work>> spares_;   // answered, buffers reusable; guarded by mu_

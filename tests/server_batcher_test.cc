@@ -64,6 +64,38 @@ TEST(BatcherTest, CandidateBudgetClosesTheBatchWithoutWaiting) {
   EXPECT_EQ(batcher.depth(), 1);
 }
 
+// Enqueue wakes a waiting NextBatch only when it must act: the first
+// request, a budget reached. A push under every budget leaves it waiting for
+// the oldest request's delay (10 s here); the push that fills a budget wakes
+// it at once.
+TEST(BatcherTest, APushThatFillsABudgetWakesAWaitingNextBatch) {
+  NullMetrics metrics;
+  Finished finished;
+  Batcher batcher(Budgets(), &metrics);
+  std::atomic<bool> returned{false};
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  std::thread consumer([&] {
+    EXPECT_TRUE(batcher.NextBatch(&batch));
+    returned = true;
+  });
+  auto first = Fake(0, 4, 1, &finished);
+  ASSERT_TRUE(batcher.Enqueue(&first).ok());
+  std::this_thread::sleep_for(50ms);
+  auto second = Fake(1, 4, 1, &finished);  // 8 of 10 candidates: no budget reached
+  ASSERT_TRUE(batcher.Enqueue(&second).ok());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(returned.load()) << "a batch closed under every budget and before the delay";
+  const auto filled = Clock::now();
+  auto third = Fake(2, 4, 1, &finished);  // 12 candidates queued: the candidate budget is reached
+  ASSERT_TRUE(batcher.Enqueue(&third).ok());
+  consumer.join();
+  EXPECT_LT(SecondsOf(Clock::now() - filled), 5.0) << "the filling push did not wake NextBatch";
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(Tag(batch[0]), 0);
+  EXPECT_EQ(Tag(batch[1]), 1);
+  EXPECT_EQ(batcher.depth(), 1);
+}
+
 TEST(BatcherTest, HistoryAndAttentionBudgetsCloseBatches) {
   NullMetrics metrics;
   Finished finished;
