@@ -1,8 +1,11 @@
 // jagrank-bench-model on the CPU backend: it runs exactly --iterations
 // forward passes per strategy, reports consistent rates, and rejects bad flags.
+// bench/host_cpu_per_call.sh against the real server and loadgen: it reports
+// per-call CPU and context switches that add up.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +16,7 @@ namespace jagrank {
 namespace {
 
 using testing::ReadFile;
+using testing::FreePort;
 using testing::RunCommand;
 
 std::string TempPath(const std::string& name) {
@@ -64,6 +68,38 @@ TEST(BenchModelTest, BadFlagsAndStrategiesAreRejectedByName) {
                        &out),
             1);
   EXPECT_NE(out.find("nope"), std::string::npos) << out;
+}
+
+// One short round at 200 calls/s: every measured call answered, and the
+// per-call figures consistent (threads sum to the total, the tiny model's
+// compute thread and gRPC's threads all took part).
+TEST(HostCpuPerCallTest, ScriptMeasuresAServerRunByTheLoadgen) {
+  const std::string out_dir = TempPath("host_cpu");
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::string out;
+  ASSERT_EQ(RunCommand("OUT=" + out_dir + " PORT=" + std::to_string(port) + " RATE=200 MEASURE_S=1 ROUNDS=1 LOADGEN=" +
+                           JAGRANK_LOADGEN_BINARY + " bash " + JAGRANK_HOST_CPU_SCRIPT + " " + JAGRANK_SERVER_BINARY +
+                           " 2>&1",
+                       &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("server_us_per_call="), std::string::npos) << out;
+  const std::string lines = ReadFile(out_dir + "/host_cpu_per_call.jsonl");
+  ASSERT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1) << lines;
+  const nlohmann::json r = nlohmann::json::parse(lines);
+  EXPECT_EQ(r["server"], JAGRANK_SERVER_BINARY);
+  EXPECT_GE(r["calls"].get<int64_t>(), 150) << r.dump();  // 1 s at 200/s, Poisson
+  EXPECT_LE(r["calls"].get<int64_t>(), 260) << r.dump();
+  double sum = 0;
+  for (const auto& [thread, us] : r["server_us_per_call_by_thread"].items()) sum += us.get<double>();
+  EXPECT_NEAR(sum, r["server_us_per_call"].get<double>(), 0.05) << r.dump();
+  EXPECT_GT(r["server_us_per_call_by_thread"].value("jr-compute", 0.0), 0) << r.dump();
+  EXPECT_GT(r["server_us_per_call_by_thread"].value("jr-rank-cq", 0.0), 0) << r.dump();
+  EXPECT_GT(r["server_context_switches_per_call"].get<double>(), 0) << r.dump();
+  EXPECT_GT(r["loadgen_us_per_call"].get<double>(), 0) << r.dump();
+  std::string ignored;
+  RunCommand("rm -rf " + out_dir, &ignored);
 }
 
 }  // namespace

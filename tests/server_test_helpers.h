@@ -4,10 +4,7 @@
 #ifndef JAGRANK_TESTS_SERVER_TEST_HELPERS_H_
 #define JAGRANK_TESTS_SERVER_TEST_HELPERS_H_
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +21,7 @@
 
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "model/model.h"
+#include "process_util.h"
 #include "server/batch_assembly.h"
 #include "server/metrics.h"
 
@@ -277,22 +275,7 @@ inline std::vector<float> ForwardAlone(Model* model, const v1::RankRequest& requ
   return scores;
 }
 
-// A TCP port that was free a moment ago (for binaries that need one up front).
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::FreePort;
 
 }  // namespace server_test
 }  // namespace jagrank
