@@ -1,6 +1,11 @@
 #include "kernels/cpu_thread_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+
+// OpenBLAS's thread control, declared weak: null when the BLAS is another.
+extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 namespace jagrank {
 
@@ -61,6 +66,30 @@ int CpuThreadPool::Run(int extra_threads, const std::function<void()>& task) {
   done_.wait(lock, [&] { return running_ == 0; });
   task_ = nullptr;
   return 1 + joined;
+}
+
+int CpuThreads(int requested) {
+  return requested > 0 ? requested : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int ParallelFor(int64_t items, int threads, const std::function<void(int64_t)>& body) {
+  std::atomic<int64_t> next{0};
+  auto task = [&] {
+    for (int64_t i = next++; i < items; i = next++) body(i);
+  };
+  const int64_t extra = std::min<int64_t>(threads, items) - 1;
+  if (extra <= 0) {
+    task();
+    return 1;
+  }
+  return CpuThreadPool::Shared().Run(static_cast<int>(extra), task);
+}
+
+void UseSingleThreadedBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+  });
 }
 
 }  // namespace jagrank

@@ -57,6 +57,22 @@ class CpuThreadPool {
   std::vector<std::thread> workers_;
 };
 
+// Threads a CPU kernel may use, the caller's included: `requested`, or all
+// cores when it is 0.
+int CpuThreads(int requested);
+
+// Runs body(i) for every i in [0, items) exactly once, on the caller and up
+// to threads - 1 workers of CpuThreadPool::Shared(), items taken in order from
+// a shared counter. Returns the threads that ran (>= 1).
+int ParallelFor(int64_t items, int threads, const std::function<void(int64_t)>& body);
+
+// The CPU kernels split their GEMMs over CpuThreadPool::Shared(), so
+// OpenBLAS must not run its own pool beside it: after each call its idle
+// workers spin in sched_yield (2^28 cycles by default), taking cores from
+// the kernels' threads and the server's. Sets OpenBLAS to one thread, once
+// per process; a no-op when the BLAS linked is not OpenBLAS. Thread-safe.
+void UseSingleThreadedBlas();
+
 }  // namespace jagrank
 
 #endif  // JAGRANK_KERNELS_CPU_THREAD_POOL_H_

@@ -24,9 +24,14 @@ struct LinearParams {
   // order (one per stream). 0 bytes limits cuBLASLt to kernels that need none.
   void* workspace;
   size_t workspace_bytes;
+  // CPU only: most threads, the caller's included (workers from
+  // CpuThreadPool::Shared()); 0 = all cores, >= 0.
+  int num_threads;
 };
 
-// CPU backend (OpenBLAS); InvalidArgument naming the field on bad input.
+// CPU backend: blocks of rows, each an OpenBLAS sgemm on one thread, shared
+// over up to num_threads threads (OpenBLAS's own pool is off: see
+// UseSingleThreadedBlas). InvalidArgument naming the field on bad input.
 Status LinearCpu(const LinearParams& params);
 
 // Plain loops, float accumulation: the oracle for LinearCpu and the CUDA path.

@@ -56,6 +56,7 @@ struct PaddedDenseAttentionParams {
   float* workspace;          // PaddedDenseAttentionWorkspaceBytes(params) bytes:
                              // the [batch, num_heads, max_q_len, max_k_len] scores.
                              // Required by CUDA; the CPU reference uses it when not null.
+  int num_threads;           // CPU only: most threads incl. the caller's; 0 = all cores
 };
 
 // Bytes of the materialised score matrix: 4 * B * H * Nq * Nk.
@@ -70,7 +71,8 @@ Status PaddedToJaggedCpu(const PaddedToJaggedParams& params);
 
 // The CPU padded-dense baseline: per (b, h) an OpenBLAS sgemm for the full
 // [Nq, Nk] scores, masked softmax, an sgemm for P V, as the GPU baseline
-// does with batched GEMMs. Uses the workspace when given, else allocates.
+// does with batched GEMMs; the (b, h) pairs shared over up to num_threads
+// threads. Uses the workspace when given, else allocates per thread.
 Status PaddedDenseAttentionCpu(const PaddedDenseAttentionParams& params);
 
 // Plain loops, float accumulation: the oracle for both padded-dense paths.

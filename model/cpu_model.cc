@@ -85,6 +85,8 @@ class CpuModel final : public Model {
  private:
   const float* T(const std::string& name) const { return weights_.Find(name)->data; }
   Status Mlp(const std::vector<Layer>& layers, bool relu_last, const float* x, int m, float** out);
+  // LinearCpu on the backend's threads (options_.cpu_threads).
+  Status RunLinear(LinearParams p) const;
   Status SelfAttentionJagged(const Batch& batch, int max_len, const float* h, float* z);
   Status TargetAttention(const Batch& batch, int max_len, int max_candidates, const float* z, const float* e,
                          float* u);
@@ -106,6 +108,11 @@ class CpuModel final : public Model {
   std::vector<int32_t> lengths_, padded_offsets_, cand_lengths_;
 };
 
+Status CpuModel::RunLinear(LinearParams p) const {
+  p.num_threads = options_.cpu_threads;
+  return LinearCpu(p);
+}
+
 // Runs the layers; ReLU after each one, the last only if relu_last.
 // *out points into mlp_a_ or mlp_b_.
 Status CpuModel::Mlp(const std::vector<Layer>& layers, bool relu_last, const float* x, int m, float** out) {
@@ -122,7 +129,7 @@ Status CpuModel::Mlp(const std::vector<Layer>& layers, bool relu_last, const flo
     p.n = layers[i].out;
     p.k = layers[i].in;
     p.y = y;
-    RETURN_IF_ERROR(LinearCpu(p));
+    RETURN_IF_ERROR(RunLinear(p));
     in = y;
   }
   *out = y;
@@ -265,7 +272,7 @@ Status CpuModel::SelfAttentionJagged(const Batch& batch, int max_len, const floa
     p.n = 3 * d;
     p.k = d;
     p.y = qkv;
-    RETURN_IF_ERROR(LinearCpu(p));
+    RETURN_IF_ERROR(RunLinear(p));
   }
   float* attn = attn_.Get(size_t(T) * d);  // [T, H, dh]
   {
@@ -289,7 +296,7 @@ Status CpuModel::SelfAttentionJagged(const Batch& batch, int max_len, const floa
     p.n = d;
     p.k = d;
     p.y = z;
-    RETURN_IF_ERROR(LinearCpu(p));
+    RETURN_IF_ERROR(RunLinear(p));
   }
   for (size_t i = 0; i < size_t(T) * d; ++i) z[i] += h[i];
   return Status::Ok();
@@ -353,7 +360,7 @@ Status CpuModel::TargetAttention(const Batch& batch, int max_len, int max_candid
     lp.n = 3 * d;
     lp.k = d;
     lp.y = qkv;
-    RETURN_IF_ERROR(LinearCpu(lp));
+    RETURN_IF_ERROR(RunLinear(lp));
     AttentionParams p = SelfAttentionParams(config_, options_.cpu_threads);
     p.q = qkv;
     p.k = qkv + d;
@@ -377,7 +384,7 @@ Status CpuModel::TargetAttention(const Batch& batch, int max_len, int max_candid
       lp.n = d;
       lp.k = d;
       lp.y = proj[i];
-      RETURN_IF_ERROR(LinearCpu(lp));
+      RETURN_IF_ERROR(RunLinear(lp));
     }
     PaddedDenseAttentionParams p = {};
     p.q = proj[0];
@@ -392,6 +399,7 @@ Status CpuModel::TargetAttention(const Batch& batch, int max_len, int max_candid
     p.dtype = DType::kFloat32;
     p.o = op;
     p.workspace = scores_ws_.Get(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float)));
+    p.num_threads = options_.cpu_threads;
     RETURN_IF_ERROR(PaddedDenseAttentionCpu(p));
   }
   // zp = hp + op Wo^T, still padded [R, N, d]; rows past a length are never
@@ -405,7 +413,7 @@ Status CpuModel::TargetAttention(const Batch& batch, int max_len, int max_candid
     lp.n = d;
     lp.k = d;
     lp.y = zp;
-    RETURN_IF_ERROR(LinearCpu(lp));
+    RETURN_IF_ERROR(RunLinear(lp));
     for (size_t i = 0; i < padded_tokens * d; ++i) zp[i] += hp[i];
   }
 
@@ -460,6 +468,7 @@ Status CpuModel::TargetAttention(const Batch& batch, int max_len, int max_candid
     p.dtype = DType::kFloat32;
     p.o = up;
     p.workspace = scores_ws_.Get(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float)));
+    p.num_threads = options_.cpu_threads;
     RETURN_IF_ERROR(PaddedDenseAttentionCpu(p));
   }
   PaddedToJaggedParams p = {};

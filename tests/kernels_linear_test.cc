@@ -1,12 +1,18 @@
-// LinearCpu (OpenBLAS) and LinearReferenceCpu against a double reference.
+// LinearCpu (OpenBLAS, rows shared over threads) and LinearReferenceCpu
+// against a double reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/linear.h"
 #include "tests/test_util.h"
+
+// OpenBLAS's thread query, declared weak: null when the BLAS is another.
+extern "C" int openblas_get_num_threads(void) __attribute__((weak));
 
 namespace jagrank {
 namespace {
@@ -15,7 +21,7 @@ using testing::IsInvalidArgumentNaming;
 
 TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
   std::mt19937_64 rng(30);
-  for (int m : {1, 7, 300}) {
+  for (int m : {1, 7, 300, 1001}) {
     for (const auto& nk : {std::pair<int, int>{1, 13}, {64, 256}, {512, 71}}) {
       const int n = nk.first, k = nk.second;
       const auto x = testing::RandomFloats(rng, static_cast<size_t>(m) * k);
@@ -31,7 +37,11 @@ TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
               ref[r * n + c] = relu ? std::max(acc, 0.0) : acc;
             }
           }
-          for (auto fn : {LinearCpu, LinearReferenceCpu}) {
+          // LinearCpu on 1 and 3 threads (1001 x 512 x 71 splits into three
+          // blocks of 334 rows, the last short) and on all cores (0).
+          for (const auto& [fn, threads] : {std::pair<Status (*)(const LinearParams&), int>{LinearCpu, 1},
+                                            {LinearCpu, 3}, {LinearCpu, 0}, {LinearReferenceCpu, 0}}) {
+            SCOPED_TRACE(std::to_string(threads) + " threads");
             std::vector<float> y(ref.size());
             testing::FillPoison(y);
             LinearParams p = {};
@@ -43,6 +53,7 @@ TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
             p.n = n;
             p.k = k;
             p.y = y.data();
+            p.num_threads = threads;
             ASSERT_TRUE(fn(p).ok());
             EXPECT_EQ(testing::CountNonFinite(y), 0);
             EXPECT_LT(testing::RelativeError(y, ref), 1e-5) << m << "x" << n << "x" << k;
@@ -79,9 +90,29 @@ TEST(LinearCpuTest, RejectsBadArguments) {
   bad.y = x.data();
   EXPECT_TRUE(IsInvalidArgumentNaming(LinearCpu(bad), "y"));
   bad = p;
+  bad.num_threads = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(LinearCpu(bad), "num_threads"));
+  bad = p;
   bad.m = 0;
   bad.x = nullptr;  // nothing to compute
   EXPECT_TRUE(LinearCpu(bad).ok());
+}
+
+// LinearCpu shares rows over its own threads, so OpenBLAS must not start
+// its pool beside them (its idle workers spin): after a call it runs on one.
+TEST(LinearCpuTest, LeavesOpenBlasSingleThreaded) {
+  if (openblas_get_num_threads == nullptr) GTEST_SKIP() << "the BLAS linked is not OpenBLAS";
+  std::vector<float> x(64 * 32, 1.0f), w(16 * 32, 1.0f), y(64 * 16);
+  LinearParams p = {};
+  p.x = x.data();
+  p.weight = w.data();
+  p.m = 64;
+  p.n = 16;
+  p.k = 32;
+  p.y = y.data();
+  ASSERT_TRUE(LinearCpu(p).ok());
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  EXPECT_EQ(y[0], 32.0f);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -133,16 +135,25 @@ TEST(PaddedDenseAttentionCpuTest, MatchesJaggedMathAndZeroesPadding) {
   p.dtype = DType::kFloat32;
   std::vector<float> workspace(PaddedDenseAttentionWorkspaceBytes(p) / sizeof(float));
   EXPECT_EQ(workspace.size(), static_cast<size_t>(batch) * heads * n * n);
+  std::vector<float> one_thread;  // PaddedDenseAttentionCpu's output on one thread
   for (auto fn : {PaddedDenseAttentionCpu, PaddedDenseAttentionReferenceCpu}) {
-    for (bool with_workspace : {false, true}) {
+    for (const auto& [with_workspace, threads] : {std::pair<bool, int>{false, 1}, {false, 3}, {true, 1}, {true, 3}}) {
+      SCOPED_TRACE(std::string(with_workspace ? "workspace, " : "no workspace, ") + std::to_string(threads) +
+                   " threads");
       std::vector<float> o(padded_size);
       testing::FillPoison(o);
       testing::FillPoison(workspace);
       p.o = o.data();
       p.workspace = with_workspace ? workspace.data() : nullptr;
+      p.num_threads = threads;
       ASSERT_TRUE(fn(p).ok());
       EXPECT_EQ(testing::CountNonFinite(o), 0);
       EXPECT_LT(testing::RelativeError(o, ref), 1e-5);
+      if (fn == PaddedDenseAttentionCpu) {
+        // Each (b, h) pair runs the same code on whichever thread takes it.
+        if (one_thread.empty()) one_thread = o;
+        EXPECT_EQ(o, one_thread);
+      }
       if (!with_workspace || fn != PaddedDenseAttentionCpu) continue;
       // The baseline materialised P there: head 1's real query rows sum to 1.
       for (int b = 0; b < batch; ++b) {
@@ -181,6 +192,9 @@ TEST(PaddedDenseAttentionCpuTest, RejectsBadArguments) {
   p.dtype = DType::kFloat32;
   p.num_heads = 0;
   EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "num_heads"));
+  p.num_heads = 1;
+  p.num_threads = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(PaddedDenseAttentionCpu(p), "num_threads"));
 }
 
 }  // namespace

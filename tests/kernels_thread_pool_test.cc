@@ -2,9 +2,11 @@
 // before Run returns, concurrent callers both complete, shutdown joins.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -75,6 +77,34 @@ TEST(CpuThreadPoolTest, ZeroExtraThreadsRunsOnTheCaller) {
   EXPECT_EQ(pool.Run(0, [&] { runner = std::this_thread::get_id(); }), 1);
   EXPECT_EQ(runner, std::this_thread::get_id());
   EXPECT_GE(CpuThreadPool::Shared().num_workers(), 1);
+}
+
+// ParallelFor: every item exactly once, on more than one thread when the
+// pool has a worker and the items hold the caller until a second arrives.
+TEST(ParallelForTest, RunsEveryItemOnceAcrossThreads) {
+  EXPECT_EQ(CpuThreads(3), 3);
+  EXPECT_EQ(CpuThreads(0), std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  for (const int64_t items : {0, 1, 5, 1000}) {
+    std::vector<std::atomic<int>> seen(items);
+    const int ran_on = ParallelFor(items, 2, [&](int64_t i) { ++seen[i]; });
+    EXPECT_GE(ran_on, 1);
+    for (int64_t i = 0; i < items; ++i) ASSERT_EQ(seen[i].load(), 1) << "item " << i << " of " << items;
+  }
+  if (CpuThreadPool::Shared().num_workers() < 1) GTEST_SKIP() << "no pool worker";
+  std::mutex ids_mutex;
+  std::set<std::thread::id> ids;
+  std::atomic<int> started{0};
+  const int ran_on = ParallelFor(2, 2, [&](int64_t) {
+    {
+      std::lock_guard<std::mutex> lock(ids_mutex);
+      ids.insert(std::this_thread::get_id());
+    }
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  });
+  EXPECT_EQ(ran_on, 2);
+  EXPECT_EQ(ids.size(), 2u);
 }
 
 }  // namespace
