@@ -31,9 +31,16 @@ void ApplyRelu(const LinearParams& p) {
 // Rows [row, row + rows) of y = x W^T (+ b) (ReLU): one single-threaded sgemm.
 void LinearRows(const LinearParams& p, int row, int rows) {
   float* y = p.y + int64_t{row} * p.n;
-  float beta = 0.0f;
-  if (p.maybe_bias != nullptr) {  // y starts as the broadcast bias; sgemm adds x W^T to it
-    for (int r = 0; r < rows; ++r) std::copy(p.maybe_bias, p.maybe_bias + p.n, y + int64_t{r} * p.n);
+  float beta = p.accumulate ? 1.0f : 0.0f;
+  if (p.maybe_bias != nullptr) {  // y starts as (or gains) the broadcast bias; sgemm adds x W^T to it
+    for (int r = 0; r < rows; ++r) {
+      float* row = y + int64_t{r} * p.n;
+      if (p.accumulate) {
+        for (int c = 0; c < p.n; ++c) row[c] += p.maybe_bias[c];
+      } else {
+        std::copy(p.maybe_bias, p.maybe_bias + p.n, row);
+      }
+    }
     beta = 1.0f;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, p.n, p.k, 1.0f, p.x + int64_t{row} * p.k, p.k, p.weight,
@@ -77,7 +84,7 @@ Status LinearReferenceCpu(const LinearParams& params) {
     const float* x = p.x + int64_t{r} * p.k;
     for (int c = 0; c < p.n; ++c) {
       const float* w = p.weight + int64_t{c} * p.k;
-      float acc = p.maybe_bias != nullptr ? p.maybe_bias[c] : 0.0f;
+      float acc = (p.maybe_bias != nullptr ? p.maybe_bias[c] : 0.0f) + (p.accumulate ? p.y[int64_t{r} * p.n + c] : 0.0f);
       for (int i = 0; i < p.k; ++i) acc += x[i] * w[i];
       p.y[int64_t{r} * p.n + c] = acc;
     }

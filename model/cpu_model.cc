@@ -66,7 +66,17 @@ class CpuModel final : public Model {
     std::memcpy(wqkv_.data(), wq_, sizeof(float) * d * d);
     std::memcpy(wqkv_.data() + d * d, wk_, sizeof(float) * d * d);
     std::memcpy(wqkv_.data() + 2 * d * d, wv_, sizeof(float) * d * d);
-    weights_bytes_ = weights_.total_bytes() + static_cast<int64_t>(wqkv_.size() * sizeof(float));
+    // The top MLP's first layer split by the interaction's columns (see
+    // Forward, step 7): W1 = [W_req | W_cand] up to a column permutation.
+    std::vector<int> request_columns, candidate_columns;
+    DotInteractionSplitColumns(NumSparse(), d, &request_columns, &candidate_columns);
+    const Layer& first = top_.front();
+    top1_request_w_ = GatherColumns(first.weight, first.out, first.in, request_columns);
+    top1_candidate_w_ = GatherColumns(first.weight, first.out, first.in, candidate_columns);
+    top_rest_.assign(top_.begin() + 1, top_.end());
+    weights_bytes_ = weights_.total_bytes() +
+                     static_cast<int64_t>((wqkv_.size() + top1_request_w_.size() + top1_candidate_w_.size()) *
+                                          sizeof(float));
   }
 
   Status Forward(const Batch& batch, std::vector<float>* scores) override;
@@ -84,6 +94,19 @@ class CpuModel final : public Model {
 
  private:
   const float* T(const std::string& name) const { return weights_.Find(name)->data; }
+  int NumSparse() const { return static_cast<int>(config_.sparse_features.size()); }
+  // w [rows, cols] -> [rows, columns.size()] keeping `columns` in order.
+  static std::vector<float> GatherColumns(const float* w, int rows, int cols, const std::vector<int>& columns) {
+    std::vector<float> out(static_cast<size_t>(rows) * columns.size());
+    for (int r = 0; r < rows; ++r) {
+      for (size_t j = 0; j < columns.size(); ++j) out[r * columns.size() + j] = w[static_cast<size_t>(r) * cols + columns[j]];
+    }
+    return out;
+  }
+  // Steps 7 and 8 from u: the interaction split by request and candidate,
+  // the top MLP's first layer factored, the rest of it, the sigmoid.
+  Status InteractionAndTopMlp(const Batch& batch, const float* x, const float* pooled, const float* u,
+                              const float* e, std::vector<float>* scores);
   Status Mlp(const std::vector<Layer>& layers, bool relu_last, const float* x, int m, float** out);
   // LinearCpu on the backend's threads (options_.cpu_threads).
   Status RunLinear(LinearParams p) const;
@@ -95,6 +118,9 @@ class CpuModel final : public Model {
   ModelWeights weights_;
   ModelOptions options_;
   std::vector<Layer> bottom_, top_;
+  std::vector<float> top1_request_w_;    // [top_mlp[0], d + (F+1)F/2]: W1's request columns
+  std::vector<float> top1_candidate_w_;  // [top_mlp[0], 2(F+1) + 1]: W1's candidate columns
+  std::vector<Layer> top_rest_;          // top_ after the first layer
   std::vector<const float*> sparse_tables_;
   const float *item_table_, *position_table_, *wq_, *wk_, *wv_, *wo_;
   std::vector<float> wqkv_;
@@ -103,7 +129,8 @@ class CpuModel final : public Model {
   std::atomic<int64_t> padding_saved_bytes_{0};
 
   // Per-batch workspace, reused (Forward is single-threaded by contract).
-  Buffer mlp_a_, mlp_b_, x_, pooled_, h_, e_, qkv_, attn_, z_, u_, inter_;
+  Buffer mlp_a_, mlp_b_, x_, pooled_, h_, e_, qkv_, attn_, z_, u_, request_part_, candidate_part_, request_top1_,
+      top1_;
   Buffer hp_, qp_, kp_, vp_, op_, scores_ws_, ep_, up_;
   std::vector<int32_t> lengths_, padded_offsets_, cand_lengths_;
 };
@@ -225,35 +252,85 @@ Status CpuModel::Forward(const Batch& batch, std::vector<float>* scores) {
     RETURN_IF_ERROR(TargetAttention(batch, max_len, max_candidates, h, e, u));  // padded paths start from h
   }
 
-  // 7. Interaction [C, d + n(n-1)/2].
-  const int width = config_.top_mlp_input_width();
-  float* inter = inter_.Get(size_t(C) * width);
+  // 7 + 8. Interaction, top MLP, sigmoid.
+  RETURN_IF_ERROR(InteractionAndTopMlp(batch, x, pooled, u, e, scores));
+
+  int64_t workspace = 0;
+  for (const Buffer* b : {&mlp_a_, &mlp_b_, &x_, &pooled_, &h_, &e_, &qkv_, &attn_, &z_, &u_, &request_part_,
+                          &candidate_part_, &request_top1_, &top1_, &hp_, &qp_, &kp_, &vp_, &op_, &scores_ws_, &ep_,
+                          &up_}) {
+    workspace += static_cast<int64_t>(b->bytes());
+  }
+  if (workspace > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(workspace);
+  return Status::Ok();
+}
+
+// The top MLP's input row is [x, t] with t the interaction's pairs. Its
+// first layer is W1 [x, t] + b1 = W_req r_req + W_cand r_cand + b1, where
+// r_req (x and the pairs among x and the pooled features: 85 of 100 columns
+// for the default model) is the same for all of a request's candidates. So
+// a = W_req r_req + b1 is computed once per request, and per candidate only
+// a + W_cand r_cand (15 columns), then ReLU: the same math as the full
+// layer, summed in another order.
+Status CpuModel::InteractionAndTopMlp(const Batch& batch, const float* x, const float* pooled, const float* u,
+                                      const float* e, std::vector<float>* scores) {
+  const int R = batch.num_requests;
+  const int C = static_cast<int>(batch.num_candidates());
+  const Layer& first = top_.front();
+  const int request_width = static_cast<int>(top1_request_w_.size() / first.out);
+  const int candidate_width = static_cast<int>(top1_candidate_w_.size() / first.out);
+  float* request_part = request_part_.Get(size_t(R) * request_width);
+  float* candidate_part = candidate_part_.Get(size_t(C) * candidate_width);
   {
     DotInteractionParams p = {};
     p.x = x;
     p.pooled = pooled;
-    p.num_sparse = F;
+    p.num_sparse = NumSparse();
     p.u = u;
     p.e = e;
     p.candidate_offsets = batch.candidate_offsets.data();
     p.num_requests = R;
     p.num_candidates = C;
-    p.dim = d;
-    p.out = inter;
-    RETURN_IF_ERROR(DotInteractionCpu(p));
+    p.dim = config_.embedding_dim;
+    RETURN_IF_ERROR(DotInteractionSplitCpu(p, request_part, candidate_part));
   }
-
-  // 8. Top MLP to one logit per candidate, then the sigmoid.
-  float* logits = nullptr;
-  RETURN_IF_ERROR(Mlp(top_, /*relu_last=*/false, inter, C, &logits));
+  float* request_top1 = request_top1_.Get(size_t(R) * first.out);  // a = W_req r_req + b1, [R, out]
+  {
+    LinearParams p = {};
+    p.x = request_part;
+    p.weight = top1_request_w_.data();
+    p.maybe_bias = first.bias;
+    p.m = R;
+    p.n = first.out;
+    p.k = request_width;
+    p.y = request_top1;
+    RETURN_IF_ERROR(RunLinear(p));
+  }
+  float* top1 = top1_.Get(size_t(C) * first.out);  // each candidate's row starts as its request's a
+  for (int r = 0; r < R; ++r) {
+    for (int32_t c = batch.candidate_offsets[r]; c < batch.candidate_offsets[r + 1]; ++c) {
+      std::memcpy(top1 + size_t(c) * first.out, request_top1 + size_t(r) * first.out, sizeof(float) * first.out);
+    }
+  }
+  {
+    LinearParams p = {};
+    p.x = candidate_part;
+    p.weight = top1_candidate_w_.data();
+    p.relu = !top_rest_.empty();  // ReLU after every layer but the last
+    p.m = C;
+    p.n = first.out;
+    p.k = candidate_width;
+    p.y = top1;
+    p.accumulate = true;
+    RETURN_IF_ERROR(RunLinear(p));
+  }
+  const float* logits = top1;
+  if (!top_rest_.empty()) {
+    float* out = nullptr;
+    RETURN_IF_ERROR(Mlp(top_rest_, /*relu_last=*/false, top1, C, &out));
+    logits = out;
+  }
   for (int c = 0; c < C; ++c) (*scores)[c] = 1.0f / (1.0f + std::exp(-logits[c]));
-
-  int64_t workspace = 0;
-  for (const Buffer* b : {&mlp_a_, &mlp_b_, &x_, &pooled_, &h_, &e_, &qkv_, &attn_, &z_, &u_, &inter_, &hp_, &qp_,
-                          &kp_, &vp_, &op_, &scores_ws_, &ep_, &up_}) {
-    workspace += static_cast<int64_t>(b->bytes());
-  }
-  if (workspace > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(workspace);
   return Status::Ok();
 }
 

@@ -1,8 +1,11 @@
-// DotInteractionCpu against a double reference of DESIGN.md step 7.
+// DotInteractionCpu against a double reference of DESIGN.md step 7, and
+// DotInteractionSplitCpu against DotInteractionCpu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/interaction.h"
@@ -107,6 +110,58 @@ TEST(DotInteractionCpuTest, RejectsBadArguments) {
   p = ParamsFor(in, out);
   p.num_sparse = -1;
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionCpu(p), "num_sparse"));
+}
+
+// The split rows hold exactly DotInteraction's entries (same loops, so the
+// same floats), at the columns DotInteractionSplitColumns names, and the two
+// column lists partition the row.
+TEST(DotInteractionSplitCpuTest, PartsAreTheFullRowsColumns) {
+  std::mt19937_64 rng(22);
+  for (int sparse : {0, 1, 6}) {
+    for (int requests : {1, 13}) {
+      SCOPED_TRACE("sparse " + std::to_string(sparse) + " requests " + std::to_string(requests));
+      const int d = 16;
+      const Inputs in = MakeInputs(rng, requests, sparse, d, 30);
+      const int width = DotInteractionOutputWidth(sparse, d);
+      std::vector<float> full(static_cast<size_t>(in.candidates) * width);
+      ASSERT_TRUE(DotInteractionCpu(ParamsFor(in, full)).ok());
+      std::vector<int> request_columns, candidate_columns;
+      DotInteractionSplitColumns(sparse, d, &request_columns, &candidate_columns);
+      const int m = sparse + 1;
+      ASSERT_EQ(request_columns.size(), static_cast<size_t>(d + m * (m - 1) / 2));
+      ASSERT_EQ(candidate_columns.size(), static_cast<size_t>(2 * m + 1));
+      std::vector<int> all = request_columns;
+      all.insert(all.end(), candidate_columns.begin(), candidate_columns.end());
+      std::sort(all.begin(), all.end());
+      for (int c = 0; c < width; ++c) ASSERT_EQ(all[c], c);
+      std::vector<float> request_part(static_cast<size_t>(requests) * request_columns.size());
+      std::vector<float> candidate_part(static_cast<size_t>(in.candidates) * candidate_columns.size());
+      testing::FillPoison(request_part);
+      testing::FillPoison(candidate_part);
+      std::vector<float> unused;
+      ASSERT_TRUE(DotInteractionSplitCpu(ParamsFor(in, unused), request_part.data(), candidate_part.data()).ok());
+      for (int r = 0; r < requests; ++r) {
+        for (int32_t c = in.candidate_offsets[r]; c < in.candidate_offsets[r + 1]; ++c) {
+          for (size_t j = 0; j < request_columns.size(); ++j) {
+            ASSERT_EQ(request_part[r * request_columns.size() + j], full[c * width + request_columns[j]])
+                << "request " << r << " candidate " << c << " column " << request_columns[j];
+          }
+          for (size_t j = 0; j < candidate_columns.size(); ++j) {
+            ASSERT_EQ(candidate_part[c * candidate_columns.size() + j], full[c * width + candidate_columns[j]])
+                << "candidate " << c << " column " << candidate_columns[j];
+          }
+        }
+      }
+    }
+  }
+  std::mt19937_64 bad_rng(23);
+  const Inputs in = MakeInputs(bad_rng, 2, 1, 8, 4);
+  std::vector<float> request_part(64), candidate_part(64), unused;
+  DotInteractionParams p = ParamsFor(in, unused);
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, nullptr, candidate_part.data()), "request_out"));
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), nullptr), "candidate_out"));
+  p.u = nullptr;
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), candidate_part.data()), "u"));
 }
 
 }  // namespace

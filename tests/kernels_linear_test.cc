@@ -67,6 +67,48 @@ TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
   }
 }
 
+// accumulate: y += x W^T (+ b), ReLU on the sum; on 1 and 3 threads and in
+// the reference.
+TEST(LinearCpuTest, AccumulateAddsToWhatYHolds) {
+  std::mt19937_64 rng(31);
+  const int m = 3001, n = 96, k = 15;  // 8.6 MFLOP: three blocks on 3 threads, the last short
+  const auto x = testing::RandomFloats(rng, static_cast<size_t>(m) * k);
+  const auto w = testing::RandomFloats(rng, static_cast<size_t>(n) * k);
+  const auto bias = testing::RandomFloats(rng, n);
+  const auto start = testing::RandomFloats(rng, static_cast<size_t>(m) * n);
+  for (bool use_bias : {false, true}) {
+    for (bool relu : {false, true}) {
+      std::vector<double> ref(start.size());
+      for (int r = 0; r < m; ++r) {
+        for (int c = 0; c < n; ++c) {
+          double acc = double{start[r * n + c]} + (use_bias ? bias[c] : 0.0);
+          for (int i = 0; i < k; ++i) acc += double{x[r * k + i]} * w[c * k + i];
+          ref[r * n + c] = relu ? std::max(acc, 0.0) : acc;
+        }
+      }
+      for (const auto& [fn, threads] : {std::pair<Status (*)(const LinearParams&), int>{LinearCpu, 1},
+                                        {LinearCpu, 3}, {LinearReferenceCpu, 0}}) {
+        SCOPED_TRACE(std::string(use_bias ? "bias " : "") + (relu ? "relu " : "") + std::to_string(threads) +
+                     " threads");
+        std::vector<float> y = start;
+        LinearParams p = {};
+        p.x = x.data();
+        p.weight = w.data();
+        p.maybe_bias = use_bias ? bias.data() : nullptr;
+        p.relu = relu;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.y = y.data();
+        p.accumulate = true;
+        p.num_threads = threads;
+        ASSERT_TRUE(fn(p).ok());
+        EXPECT_LT(testing::RelativeError(y, ref), 1e-5);
+      }
+    }
+  }
+}
+
 TEST(LinearCpuTest, RejectsBadArguments) {
   std::vector<float> x(4 * 3), w(2 * 3), y(4 * 2);
   LinearParams p = {};

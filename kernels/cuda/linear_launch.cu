@@ -172,6 +172,7 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
   if (params.m == 0) return Status::Ok();
   if (params.x == nullptr) return Status::InvalidArgument("x: null");
   if (params.y == nullptr) return Status::InvalidArgument("y: null");
+  if (params.accumulate) return Status::InvalidArgument("accumulate: the CUDA launcher does not support it");
   if (static_cast<const void*>(params.x) == static_cast<const void*>(params.y)) {
     return Status::InvalidArgument("y: aliases x");
   }
