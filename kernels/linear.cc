@@ -34,11 +34,11 @@ void LinearRows(const LinearParams& p, int row, int rows) {
   float beta = p.accumulate ? 1.0f : 0.0f;
   if (p.maybe_bias != nullptr) {  // y starts as (or gains) the broadcast bias; sgemm adds x W^T to it
     for (int r = 0; r < rows; ++r) {
-      float* row = y + int64_t{r} * p.n;
+      float* out = y + int64_t{r} * p.n;
       if (p.accumulate) {
-        for (int c = 0; c < p.n; ++c) row[c] += p.maybe_bias[c];
+        for (int c = 0; c < p.n; ++c) out[c] += p.maybe_bias[c];
       } else {
-        std::copy(p.maybe_bias, p.maybe_bias + p.n, row);
+        std::copy(p.maybe_bias, p.maybe_bias + p.n, out);
       }
     }
     beta = 1.0f;
@@ -84,7 +84,8 @@ Status LinearReferenceCpu(const LinearParams& params) {
     const float* x = p.x + int64_t{r} * p.k;
     for (int c = 0; c < p.n; ++c) {
       const float* w = p.weight + int64_t{c} * p.k;
-      float acc = (p.maybe_bias != nullptr ? p.maybe_bias[c] : 0.0f) + (p.accumulate ? p.y[int64_t{r} * p.n + c] : 0.0f);
+      float acc = p.maybe_bias != nullptr ? p.maybe_bias[c] : 0.0f;
+      if (p.accumulate) acc += p.y[int64_t{r} * p.n + c];
       for (int i = 0; i < p.k; ++i) acc += x[i] * w[i];
       p.y[int64_t{r} * p.n + c] = acc;
     }

@@ -99,7 +99,9 @@ class CpuModel final : public Model {
   static std::vector<float> GatherColumns(const float* w, int rows, int cols, const std::vector<int>& columns) {
     std::vector<float> out(static_cast<size_t>(rows) * columns.size());
     for (int r = 0; r < rows; ++r) {
-      for (size_t j = 0; j < columns.size(); ++j) out[r * columns.size() + j] = w[static_cast<size_t>(r) * cols + columns[j]];
+      for (size_t j = 0; j < columns.size(); ++j) {
+        out[r * columns.size() + j] = w[static_cast<size_t>(r) * cols + columns[j]];
+      }
     }
     return out;
   }
