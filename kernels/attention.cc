@@ -1,5 +1,7 @@
 #include "kernels/attention.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -66,45 +68,28 @@ void ZeroRows(const AttentionParams& p, int b, int h, float* o) {
   }
 }
 
-// The fast path is hand-tiled loops, not OpenBLAS: sgemm calls from several
-// worker threads fought OpenBLAS's own pthreads (B=64, N=1024, H=2, dh=32:
-// 256 ms on one thread, 3530 ms on two, 2-core box) and single-threaded it
-// spent most of its time in scalar expf. The tiles use GCC vector types
-// (8 floats; on the baseline target they lower to SSE pairs) and are
-// compiled twice, for x86-64-v3 (AVX2+FMA, dispatched on features, unlike
-// arch=haswell which checks the CPU model) and baseline x86-64.
-// Leaving it to the auto-vectoriser gave shuffle-heavy code 10x slower.
+// The two matrix products of a (sequence, head) are OpenBLAS sgemm calls on
+// the calling thread (OpenBLAS kept to one thread: UseSingleThreadedBlas);
+// the softmax between them is hand-vectorised, since scalar expf took most
+// of the time. An earlier version avoided sgemm because several threads'
+// calls fought OpenBLAS's own pool (B=64, N=1024, H=2, dh=32: 256 ms on one
+// thread, 3530 ms on two) and used hand-tiled products instead: on the same
+// shape, one thread, they ran at 48 GFLOP/s (355 ms), the sgemm path at 71
+// with OpenBLAS's AVX2 kernels and 100 with its AVX-512 ones (2-core box,
+// session 8). The softmax uses GCC vector types (8 floats; on the baseline
+// target they lower to SSE pairs) and is compiled twice, for x86-64-v3
+// (AVX2+FMA, dispatched on features, unlike arch=haswell which checks the
+// CPU model) and baseline x86-64. Leaving it to the auto-vectoriser gave
+// shuffle-heavy code 10x slower.
 typedef float Vec8 __attribute__((vector_size(32)));
 typedef int32_t Vec8i __attribute__((vector_size(32)));
-constexpr int kTileRows = 4;   // queries per tile: each K / V vector loaded feeds 4 FMAs
-constexpr int kTileCols = 16;  // keys (scores) or output columns per tile: two Vec8
+constexpr int kSoftmaxRows = 4;  // rows per SoftmaxRows call
+constexpr int kKeysAlign = 16;   // score rows are padded to a multiple of this
 
 int RoundUp(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 #define JAGRANK_LOAD8(v, ptr) std::memcpy(&(v), (ptr), sizeof(Vec8))
 #define JAGRANK_STORE8(ptr, v) std::memcpy((ptr), &(v), sizeof(Vec8))
-
-// scores[r, j0:j0+16] = qs[r] . kt[:, j0:j0+16] for the 4 rows of the tile.
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void ScoreTiles(const float* qs, const float* kt, int dh, int keys_pad, float* scores) {
-  for (int j0 = 0; j0 < keys_pad; j0 += kTileCols) {
-    Vec8 acc[kTileRows][2] = {};
-    for (int x = 0; x < dh; ++x) {
-      Vec8 k0, k1;
-      JAGRANK_LOAD8(k0, kt + static_cast<int64_t>(x) * keys_pad + j0);
-      JAGRANK_LOAD8(k1, kt + static_cast<int64_t>(x) * keys_pad + j0 + 8);
-      for (int r = 0; r < kTileRows; ++r) {
-        const float qv = qs[r * dh + x];
-        acc[r][0] += qv * k0;
-        acc[r][1] += qv * k1;
-      }
-    }
-    for (int r = 0; r < kTileRows; ++r) {
-      JAGRANK_STORE8(scores + static_cast<int64_t>(r) * keys_pad + j0, acc[r][0]);
-      JAGRANK_STORE8(scores + static_cast<int64_t>(r) * keys_pad + j0 + 8, acc[r][1]);
-    }
-  }
-}
 
 // Turns each score row into exp(s - max) over the first `keys` entries
 // (entries past `keys` become 0) and returns 1 / sum in inv_sums[r].
@@ -115,7 +100,7 @@ void ScoreTiles(const float* qs, const float* kt, int dh, int keys_pad, float* s
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void SoftmaxRows(float* scores, int keys, int keys_pad, float* inv_sums) {
   const Vec8 zero = {};
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kSoftmaxRows; ++r) {
     float* row = scores + static_cast<int64_t>(r) * keys_pad;
     for (int j = keys; j < keys_pad; ++j) row[j] = -3.0e38f;  // never the max
     Vec8 lane_max = zero - 3.0e38f;
@@ -158,80 +143,48 @@ void SoftmaxRows(float* scores, int keys, int keys_pad, float* inv_sums) {
   }
 }
 
-// out[r, x0:x0+16] = sum_j scores[r, j] vp[j, x0:x0+16] for the 4 rows.
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void ValueTiles(const float* scores, const float* vp, int keys, int keys_pad, int dh_pad, float* out) {
-  for (int x0 = 0; x0 < dh_pad; x0 += kTileCols) {
-    Vec8 acc[kTileRows][2] = {};
-    for (int j = 0; j < keys; ++j) {
-      Vec8 v0, v1;
-      JAGRANK_LOAD8(v0, vp + static_cast<int64_t>(j) * dh_pad + x0);
-      JAGRANK_LOAD8(v1, vp + static_cast<int64_t>(j) * dh_pad + x0 + 8);
-      for (int r = 0; r < kTileRows; ++r) {
-        const float w = scores[static_cast<int64_t>(r) * keys_pad + j];
-        acc[r][0] += w * v0;
-        acc[r][1] += w * v1;
-      }
-    }
-    for (int r = 0; r < kTileRows; ++r) {
-      JAGRANK_STORE8(out + r * dh_pad + x0, acc[r][0]);
-      JAGRANK_STORE8(out + r * dh_pad + x0 + 8, acc[r][1]);
-    }
-  }
-}
-
 #undef JAGRANK_LOAD8
 #undef JAGRANK_STORE8
 
 // Per-thread buffers, reused across (sequence, head) items.
 struct Scratch {
-  std::vector<float> kt;      // [dh, keys_pad]: K of this head, transposed, zero columns past keys
-  std::vector<float> vp;      // [keys, dh_pad]: V of this head, zero columns past dh
-  std::vector<float> qs;      // [kTileRows, dh]: scaled queries of the tile (zero rows past the end)
-  std::vector<float> scores;  // [kTileRows, keys_pad]
-  std::vector<float> out;     // [kTileRows, dh_pad]
+  std::vector<float> scores;    // [queries rounded up to kSoftmaxRows, keys_pad]
+  std::vector<float> inv_sums;  // [queries rounded up to kSoftmaxRows]: 1 / softmax sum per row
 };
 
-// Sequence b, head h: pack K^T and V once, then tiles of 4 queries. The
-// softmax normalisation is applied to the [4, dh] output, not the scores.
+// Sequence b, head h: scores = scale Q K^T (one sgemm), the softmax rows
+// (vectorised exp, 4 rows at a time), O = P V (one sgemm), each row scaled
+// by its 1 / sum.
 void AttendOneHead(const AttentionParams& p, int b, int h, Scratch& scratch) {
   float* o = static_cast<float*>(p.o);
   const int keys = ValidKeys(p, b);
   if (keys == 0) return ZeroRows(p, b, h, o);
+  const int queries = JaggedLen(p.q_offsets, b);
+  if (queries == 0) return;
   const int dh = p.head_dim;
-  const int keys_pad = RoundUp(keys, kTileCols);
-  const int dh_pad = RoundUp(dh, kTileCols);
+  const int keys_pad = RoundUp(keys, kKeysAlign);
+  const int rows_pad = RoundUp(queries, kSoftmaxRows);
   const int64_t head = int64_t{h} * dh;
-  const float* q = static_cast<const float*>(p.q) + head;
+  const float* q = static_cast<const float*>(p.q) + p.q_offsets[b] * p.q_row_stride + head;
   const float* k = static_cast<const float*>(p.k) + p.k_offsets[b] * p.k_row_stride + head;
   const float* v = static_cast<const float*>(p.v) + p.k_offsets[b] * p.v_row_stride + head;
-
-  scratch.kt.assign(static_cast<size_t>(dh) * keys_pad, 0.0f);
-  scratch.vp.assign(static_cast<size_t>(keys) * dh_pad, 0.0f);
-  for (int j = 0; j < keys; ++j) {
-    for (int x = 0; x < dh; ++x) {
-      scratch.kt[static_cast<size_t>(x) * keys_pad + j] = k[j * p.k_row_stride + x];
-      scratch.vp[static_cast<size_t>(j) * dh_pad + x] = v[j * p.v_row_stride + x];
-    }
+  float* out = o + p.q_offsets[b] * p.o_row_stride + head;
+  scratch.scores.resize(static_cast<size_t>(rows_pad) * keys_pad);
+  float* scores = scratch.scores.data();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, queries, keys, dh, p.softmax_scale, q, p.q_row_stride, k,
+              p.k_row_stride, 0.0f, scores, keys_pad);
+  // Rows past `queries` only fill the last group of 4; their results are dropped.
+  std::fill(scores + static_cast<size_t>(queries) * keys_pad, scores + static_cast<size_t>(rows_pad) * keys_pad, 0.0f);
+  scratch.inv_sums.resize(rows_pad);
+  for (int r0 = 0; r0 < rows_pad; r0 += kSoftmaxRows) {
+    SoftmaxRows(scores + static_cast<size_t>(r0) * keys_pad, keys, keys_pad, scratch.inv_sums.data() + r0);
   }
-  scratch.qs.resize(static_cast<size_t>(kTileRows) * dh);
-  scratch.scores.resize(static_cast<size_t>(kTileRows) * keys_pad);
-  scratch.out.resize(static_cast<size_t>(kTileRows) * dh_pad);
-  float inv_sums[kTileRows];
-  for (int32_t t0 = p.q_offsets[b]; t0 < p.q_offsets[b + 1]; t0 += kTileRows) {
-    const int rows = std::min<int>(kTileRows, p.q_offsets[b + 1] - t0);
-    for (int r = 0; r < kTileRows; ++r) {
-      for (int x = 0; x < dh; ++x) {
-        scratch.qs[r * dh + x] = r < rows ? q[(t0 + r) * p.q_row_stride + x] * p.softmax_scale : 0.0f;
-      }
-    }
-    ScoreTiles(scratch.qs.data(), scratch.kt.data(), dh, keys_pad, scratch.scores.data());
-    SoftmaxRows(scratch.scores.data(), keys, keys_pad, inv_sums);
-    ValueTiles(scratch.scores.data(), scratch.vp.data(), keys, keys_pad, dh_pad, scratch.out.data());
-    for (int r = 0; r < rows; ++r) {
-      float* dst = o + (t0 + r) * p.o_row_stride + head;
-      for (int x = 0; x < dh; ++x) dst[x] = scratch.out[r * dh_pad + x] * inv_sums[r];
-    }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, queries, dh, keys, 1.0f, scores, keys_pad, v,
+              p.v_row_stride, 0.0f, out, p.o_row_stride);
+  for (int r = 0; r < queries; ++r) {
+    float* row = out + r * p.o_row_stride;
+    const float inv_sum = scratch.inv_sums[r];
+    for (int x = 0; x < dh; ++x) row[x] *= inv_sum;
   }
 }
 
@@ -244,9 +197,9 @@ Status JaggedAttentionCpu(const AttentionParams& params) {
   // long sequence does not leave the other threads idle behind a static split.
   const int64_t items = int64_t{p.batch} * p.num_heads;
   int64_t threads = p.num_threads > 0 ? p.num_threads : std::thread::hardware_concurrency();
-  // Waking a pooled worker is cheap, but each one packs its own K/V and has
-  // its first item to finish: ask for one only per kMinFlopsPerThread of tile
-  // work (~80 us at the 49 GFLOP/s one thread does).
+  // Waking a pooled worker is cheap, but each one has its first item to
+  // finish: ask for one only per kMinFlopsPerThread of work (~60 us at the
+  // 70 GFLOP/s one thread does with OpenBLAS's AVX2 kernels).
   constexpr double kMinFlopsPerThread = 4e6;
   double flops = 0.0;
   for (int b = 0; b < p.batch; ++b) flops += 4.0 * JaggedLen(p.q_offsets, b) * ValidKeys(p, b);
@@ -254,6 +207,7 @@ Status JaggedAttentionCpu(const AttentionParams& params) {
   threads = std::min<int64_t>(threads, static_cast<int64_t>(flops / kMinFlopsPerThread) + 1);
   threads = std::max<int64_t>(1, std::min(threads, items));
   std::atomic<int64_t> next{0};
+  UseSingleThreadedBlas();
   auto worker = [&p, &next, items]() {
     Scratch scratch;
     for (int64_t item = next++; item < items; item = next++) {
