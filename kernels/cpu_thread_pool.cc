@@ -85,6 +85,11 @@ int ParallelFor(int64_t items, int threads, const std::function<void(int64_t)>& 
   return CpuThreadPool::Shared().Run(static_cast<int>(extra), task);
 }
 
+int ThreadsFor(double work, double min_work, int requested) {
+  const double useful = work / min_work;
+  return useful < 2.0 ? 1 : static_cast<int>(std::min<double>(CpuThreads(requested), useful));
+}
+
 void UseSingleThreadedBlas() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -66,6 +66,10 @@ int CpuThreads(int requested);
 // a shared counter. Returns the threads that ran (>= 1).
 int ParallelFor(int64_t items, int threads, const std::function<void(int64_t)>& body);
 
+// Threads worth using for `work` units of work when one thread should get
+// at least `min_work` of it: between 1 and CpuThreads(requested).
+int ThreadsFor(double work, double min_work, int requested);
+
 // The CPU kernels split their GEMMs over CpuThreadPool::Shared(), so
 // OpenBLAS must not run its own pool beside it: after each call its idle
 // workers spin in sched_yield (2^28 cycles by default), taking cores from

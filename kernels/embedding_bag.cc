@@ -1,6 +1,9 @@
 #include "kernels/embedding_bag.h"
 
+#include <algorithm>
+
 #include "kernels/cpu_common.h"
+#include "kernels/cpu_thread_pool.h"
 #include "kernels/jagged.h"
 
 namespace jagrank {
@@ -34,14 +37,22 @@ Status GatherRowsCpu(const GatherRowsParams& params) {
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.dim, 1, "dim"));
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.num_rows, 1, "num_rows"));
   RETURN_IF_ERROR(cpu::CheckDType(p.table_dtype, "table_dtype"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.num_threads, 0, "num_threads"));
   if (p.count == 0) return Status::Ok();
   RETURN_IF_ERROR(cpu::CheckNotNull(p.ids, "ids"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.table, "table"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.out, "out"));
 
-  for (int64_t c = 0; c < p.count; ++c) {
-    cpu::CopyTableRow(p.table, p.table_dtype, IdToRow(p.ids[c], p.num_rows), p.dim, p.out + c * p.dim);
-  }
+  // Random rows of a large table: each thread keeps its own cache misses in
+  // flight. Blocks of rows, a thread per kMinRowsPerThread.
+  constexpr double kMinRowsPerThread = 1024;
+  const int threads = ThreadsFor(static_cast<double>(p.count), kMinRowsPerThread, p.num_threads);
+  const int64_t per_block = (p.count + threads - 1) / threads;
+  ParallelFor((p.count + per_block - 1) / per_block, threads, [&](int64_t block) {
+    for (int64_t c = block * per_block; c < std::min(p.count, (block + 1) * per_block); ++c) {
+      cpu::CopyTableRow(p.table, p.table_dtype, IdToRow(p.ids[c], p.num_rows), p.dim, p.out + c * p.dim);
+    }
+  });
   return Status::Ok();
 }
 

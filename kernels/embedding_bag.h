@@ -33,6 +33,7 @@ struct GatherRowsParams {
   int64_t num_rows;         // > 0
   int dim;                  // > 0
   float* out;               // [count, dim]
+  int num_threads;          // CPU only: most threads incl. the caller's; 0 = all cores
 };
 
 // CPU reference and backend. InvalidArgument naming the field on bad input

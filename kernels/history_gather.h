@@ -23,6 +23,7 @@ struct HistoryGatherParams {
   int max_len;                   // >= 1: rows of position_table (max_history_len)
   int dim;                       // > 0
   float* out;                    // [T, dim]
+  int num_threads;               // CPU only: most threads incl. the caller's; 0 = all cores
 };
 
 // CPU reference and backend; InvalidArgument naming the field on bad input

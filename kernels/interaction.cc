@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/cpu_common.h"
+#include "kernels/cpu_thread_pool.h"
 #include "kernels/jagged.h"
 
 namespace jagrank {
@@ -30,6 +31,7 @@ Status ValidateInputs(const DotInteractionParams& p, bool* empty) {
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.num_candidates, 0, "num_candidates"));
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.num_sparse, 0, "num_sparse"));
   RETURN_IF_ERROR(cpu::CheckAtLeast(p.dim, 1, "dim"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.num_threads, 0, "num_threads"));
   RETURN_IF_ERROR(ValidateOffsets(p.candidate_offsets, p.num_requests, "candidate_offsets", p.num_candidates));
   *empty = p.num_candidates == 0;
   if (*empty) return Status::Ok();
@@ -97,9 +99,12 @@ Status DotInteractionSplitCpu(const DotInteractionParams& params, float* request
   const int d = p.dim;
   const int m = p.num_sparse + 1;  // the request's vectors
   const int64_t request_width = d + m * (m - 1) / 2, candidate_width = 2 * m + 1;
-  std::vector<const float*> v(m);
-  for (int r = 0; r < p.num_requests; ++r) {
-    RequestVectors(p, r, &v);
+  // Requests shared from a counter, a thread per kMinCandidatesPerThread.
+  constexpr double kMinCandidatesPerThread = 1024;
+  const int threads = ThreadsFor(p.num_candidates, kMinCandidatesPerThread, p.num_threads);
+  ParallelFor(p.num_requests, threads, [&](int64_t r) {
+    std::vector<const float*> v(m);
+    RequestVectors(p, static_cast<int>(r), &v);
     float* row = request_out + r * request_width;
     for (int i = 0; i < d; ++i) row[i] = v[0][i];
     float* t = row + d;
@@ -116,7 +121,7 @@ Status DotInteractionSplitCpu(const DotInteractionParams& params, float* request
       }
       *out = Dot(u, e, d);
     }
-  }
+  });
   return Status::Ok();
 }
 

@@ -32,6 +32,7 @@ struct DotInteractionParams {
   int num_candidates;               // C >= 0
   int dim;                          // d > 0
   float* out;                       // [num_candidates, DotInteractionOutputWidth(num_sparse, dim)]
+  int num_threads;                  // DotInteractionSplitCpu only: most threads incl. the caller's; 0 = all cores
 };
 
 // CPU reference; InvalidArgument naming the field on bad input.

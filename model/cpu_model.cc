@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/attention.h"
+#include "kernels/cpu_thread_pool.h"
 #include "kernels/embedding_bag.h"
 #include "kernels/history_gather.h"
 #include "kernels/interaction.h"
@@ -226,6 +227,7 @@ Status CpuModel::Forward(const Batch& batch, std::vector<float>* scores) {
     p.max_len = config_.max_history_len;
     p.dim = d;
     p.out = h;
+    p.num_threads = options_.cpu_threads;
     RETURN_IF_ERROR(HistoryGatherCpu(p));
   }
 
@@ -240,6 +242,7 @@ Status CpuModel::Forward(const Batch& batch, std::vector<float>* scores) {
     p.num_rows = config_.item_rows;
     p.dim = d;
     p.out = e;
+    p.num_threads = options_.cpu_threads;
     RETURN_IF_ERROR(GatherRowsCpu(p));
   }
 
@@ -294,6 +297,7 @@ Status CpuModel::InteractionAndTopMlp(const Batch& batch, const float* x, const 
     p.num_requests = R;
     p.num_candidates = C;
     p.dim = config_.embedding_dim;
+    p.num_threads = options_.cpu_threads;
     RETURN_IF_ERROR(DotInteractionSplitCpu(p, request_part, candidate_part));
   }
   float* request_top1 = request_top1_.Get(size_t(R) * first.out);  // a = W_req r_req + b1, [R, out]
@@ -309,11 +313,12 @@ Status CpuModel::InteractionAndTopMlp(const Batch& batch, const float* x, const 
     RETURN_IF_ERROR(RunLinear(p));
   }
   float* top1 = top1_.Get(size_t(C) * first.out);  // each candidate's row starts as its request's a
-  for (int r = 0; r < R; ++r) {
+  constexpr double kMinBytesPerThread = 1 << 20;
+  ParallelFor(R, ThreadsFor(4.0 * C * first.out, kMinBytesPerThread, options_.cpu_threads), [&](int64_t r) {
     for (int32_t c = batch.candidate_offsets[r]; c < batch.candidate_offsets[r + 1]; ++c) {
       std::memcpy(top1 + size_t(c) * first.out, request_top1 + size_t(r) * first.out, sizeof(float) * first.out);
     }
-  }
+  });
   {
     LinearParams p = {};
     p.x = candidate_part;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/dtype.h"
@@ -154,7 +155,8 @@ TEST(GatherRowsTest, MatchesReferenceBothDtypes) {
   std::mt19937_64 rng(2);
   const Table table = MakeTable(rng, 777, 16);
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    for (int64_t count : {0, 1, 300}) {
+    // 5000 rows on 3 threads: blocks of 1667 (a thread per 1024 rows).
+    for (const auto& [count, threads] : {std::pair<int64_t, int>{0, 1}, {1, 1}, {300, 1}, {5000, 1}, {5000, 3}}) {
       const auto ids = testing::RandomIds(rng, count);
       std::vector<float> out(count * table.dim);
       testing::FillPoison(out);
@@ -166,6 +168,7 @@ TEST(GatherRowsTest, MatchesReferenceBothDtypes) {
       p.num_rows = table.rows;
       p.dim = table.dim;
       p.out = out.data();
+      p.num_threads = threads;
       ASSERT_TRUE(GatherRowsCpu(p).ok());
       std::vector<double> ref(out.size());
       for (int64_t c = 0; c < count; ++c) {
@@ -181,6 +184,8 @@ TEST(GatherRowsTest, MatchesReferenceBothDtypes) {
   EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCpu(p), "count"));
   p.count = 3;
   EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCpu(p), "ids"));
+  p.num_threads = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCpu(p), "num_threads"));
 }
 
 TEST(HistoryGatherTest, AddsPositionFromTheMostRecentItem) {
@@ -189,7 +194,8 @@ TEST(HistoryGatherTest, AddsPositionFromTheMostRecentItem) {
   const Table items = MakeTable(rng, 5003, dim);
   const Table positions = MakeTable(rng, max_len, dim);
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    for (int batch : {1, 25}) {
+    // 25 histories of up to 2000 ids on 3 threads: requests shared out.
+    for (const auto& [batch, threads] : {std::pair<int, int>{1, 1}, {25, 1}, {25, 3}}) {
       const auto offsets = testing::OffsetsFromLengths(testing::RandomLengths(rng, batch, max_len));
       const auto ids = testing::RandomIds(rng, offsets.back());
       std::vector<float> out(static_cast<size_t>(offsets.back()) * dim);
@@ -205,6 +211,7 @@ TEST(HistoryGatherTest, AddsPositionFromTheMostRecentItem) {
       p.max_len = max_len;
       p.dim = dim;
       p.out = out.data();
+      p.num_threads = threads;
       ASSERT_TRUE(HistoryGatherCpu(p).ok());
       std::vector<double> ref(out.size());
       for (int b = 0; b < batch; ++b) {
@@ -243,6 +250,10 @@ TEST(HistoryGatherTest, RejectsHistoryLongerThanPositionTable) {
   EXPECT_TRUE(IsInvalidArgumentNaming(HistoryGatherCpu(p), "position_table"));
   p.max_len = 0;
   EXPECT_TRUE(IsInvalidArgumentNaming(HistoryGatherCpu(p), "max_len"));
+  p.max_len = 3;
+  p.position_table = positions.data();
+  p.num_threads = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(HistoryGatherCpu(p), "num_threads"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/interaction.h"
@@ -117,11 +118,15 @@ TEST(DotInteractionCpuTest, RejectsBadArguments) {
 // column lists partition the row.
 TEST(DotInteractionSplitCpuTest, PartsAreTheFullRowsColumns) {
   std::mt19937_64 rng(22);
+  // 60 requests of up to 150 candidates on 3 threads (a thread per 1024
+  // candidates): requests shared out, each computed as on one thread.
   for (int sparse : {0, 1, 6}) {
-    for (int requests : {1, 13}) {
-      SCOPED_TRACE("sparse " + std::to_string(sparse) + " requests " + std::to_string(requests));
+    for (const auto& [requests, max_candidates, threads] :
+         {std::tuple<int, int, int>{1, 30, 1}, {13, 30, 1}, {60, 150, 3}}) {
+      SCOPED_TRACE("sparse " + std::to_string(sparse) + " requests " + std::to_string(requests) + " threads " +
+                   std::to_string(threads));
       const int d = 16;
-      const Inputs in = MakeInputs(rng, requests, sparse, d, 30);
+      const Inputs in = MakeInputs(rng, requests, sparse, d, max_candidates);
       const int width = DotInteractionOutputWidth(sparse, d);
       std::vector<float> full(static_cast<size_t>(in.candidates) * width);
       ASSERT_TRUE(DotInteractionCpu(ParamsFor(in, full)).ok());
@@ -139,7 +144,9 @@ TEST(DotInteractionSplitCpuTest, PartsAreTheFullRowsColumns) {
       testing::FillPoison(request_part);
       testing::FillPoison(candidate_part);
       std::vector<float> unused;
-      ASSERT_TRUE(DotInteractionSplitCpu(ParamsFor(in, unused), request_part.data(), candidate_part.data()).ok());
+      DotInteractionParams split = ParamsFor(in, unused);
+      split.num_threads = threads;
+      ASSERT_TRUE(DotInteractionSplitCpu(split, request_part.data(), candidate_part.data()).ok());
       for (int r = 0; r < requests; ++r) {
         for (int32_t c = in.candidate_offsets[r]; c < in.candidate_offsets[r + 1]; ++c) {
           for (size_t j = 0; j < request_columns.size(); ++j) {
@@ -162,6 +169,10 @@ TEST(DotInteractionSplitCpuTest, PartsAreTheFullRowsColumns) {
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), nullptr), "candidate_out"));
   p.u = nullptr;
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), candidate_part.data()), "u"));
+  p = ParamsFor(in, unused);
+  p.num_threads = -1;
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), candidate_part.data()),
+                                      "num_threads"));
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ TEST(CpuThreadPoolTest, ZeroExtraThreadsRunsOnTheCaller) {
 // pool has a worker and the items hold the caller until a second arrives.
 TEST(ParallelForTest, RunsEveryItemOnceAcrossThreads) {
   EXPECT_EQ(CpuThreads(3), 3);
+  EXPECT_EQ(ThreadsFor(1000, 1024, 4), 1);  // under two threads' worth: the caller alone
+  EXPECT_EQ(ThreadsFor(5000, 1024, 3), 3);
+  EXPECT_EQ(ThreadsFor(5000, 1024, 8), 4);  // 4.9 threads' worth
+  EXPECT_EQ(ThreadsFor(5000, 1024, 0), std::min(4, CpuThreads(0)));
   EXPECT_EQ(CpuThreads(0), std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
   for (const int64_t items : {0, 1, 5, 1000}) {
     std::vector<std::atomic<int>> seen(items);
