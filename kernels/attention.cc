@@ -8,7 +8,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernels/cpu_common.h"
@@ -196,7 +195,7 @@ Status JaggedAttentionCpu(const AttentionParams& params) {
   // Work items are (sequence, head) pairs taken from a shared counter, so a
   // long sequence does not leave the other threads idle behind a static split.
   const int64_t items = int64_t{p.batch} * p.num_heads;
-  int64_t threads = p.num_threads > 0 ? p.num_threads : std::thread::hardware_concurrency();
+  int64_t threads = CpuThreads(p.num_threads);
   // Waking a pooled worker is cheap, but each one has its first item to
   // finish: ask for one only per kMinFlopsPerThread of work (~60 us at the
   // 70 GFLOP/s one thread does with OpenBLAS's AVX2 kernels).

@@ -19,6 +19,20 @@ namespace {
 
 using testing::IsInvalidArgumentNaming;
 
+// y = x W^T (+ bias) for the given shapes; relu, accumulate and threads as set after.
+LinearParams Params(const std::vector<float>& x, const std::vector<float>& w, const float* bias, int m, int n, int k,
+                    std::vector<float>* y) {
+  LinearParams p = {};
+  p.x = x.data();
+  p.weight = w.data();
+  p.maybe_bias = bias;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.y = y->data();
+  return p;
+}
+
 TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
   std::mt19937_64 rng(30);
   for (int m : {1, 7, 300, 1001}) {
@@ -44,15 +58,8 @@ TEST(LinearCpuTest, MatchesReferenceWithAndWithoutBiasAndRelu) {
             SCOPED_TRACE(std::to_string(threads) + " threads");
             std::vector<float> y(ref.size());
             testing::FillPoison(y);
-            LinearParams p = {};
-            p.x = x.data();
-            p.weight = w.data();
-            p.maybe_bias = use_bias ? bias.data() : nullptr;
+            LinearParams p = Params(x, w, use_bias ? bias.data() : nullptr, m, n, k, &y);
             p.relu = relu;
-            p.m = m;
-            p.n = n;
-            p.k = k;
-            p.y = y.data();
             p.num_threads = threads;
             ASSERT_TRUE(fn(p).ok());
             EXPECT_EQ(testing::CountNonFinite(y), 0);
@@ -91,15 +98,8 @@ TEST(LinearCpuTest, AccumulateAddsToWhatYHolds) {
         SCOPED_TRACE(std::string(use_bias ? "bias " : "") + (relu ? "relu " : "") + std::to_string(threads) +
                      " threads");
         std::vector<float> y = start;
-        LinearParams p = {};
-        p.x = x.data();
-        p.weight = w.data();
-        p.maybe_bias = use_bias ? bias.data() : nullptr;
+        LinearParams p = Params(x, w, use_bias ? bias.data() : nullptr, m, n, k, &y);
         p.relu = relu;
-        p.m = m;
-        p.n = n;
-        p.k = k;
-        p.y = y.data();
         p.accumulate = true;
         p.num_threads = threads;
         ASSERT_TRUE(fn(p).ok());
@@ -111,13 +111,7 @@ TEST(LinearCpuTest, AccumulateAddsToWhatYHolds) {
 
 TEST(LinearCpuTest, RejectsBadArguments) {
   std::vector<float> x(4 * 3), w(2 * 3), y(4 * 2);
-  LinearParams p = {};
-  p.x = x.data();
-  p.weight = w.data();
-  p.m = 4;
-  p.n = 2;
-  p.k = 3;
-  p.y = y.data();
+  const LinearParams p = Params(x, w, nullptr, 4, 2, 3, &y);
   ASSERT_TRUE(LinearCpu(p).ok());
   LinearParams bad = p;
   bad.k = 0;
@@ -145,14 +139,7 @@ TEST(LinearCpuTest, RejectsBadArguments) {
 TEST(LinearCpuTest, LeavesOpenBlasSingleThreaded) {
   if (openblas_get_num_threads == nullptr) GTEST_SKIP() << "the BLAS linked is not OpenBLAS";
   std::vector<float> x(64 * 32, 1.0f), w(16 * 32, 1.0f), y(64 * 16);
-  LinearParams p = {};
-  p.x = x.data();
-  p.weight = w.data();
-  p.m = 64;
-  p.n = 16;
-  p.k = 32;
-  p.y = y.data();
-  ASSERT_TRUE(LinearCpu(p).ok());
+  ASSERT_TRUE(LinearCpu(Params(x, w, nullptr, 64, 16, 32, &y)).ok());
   EXPECT_EQ(openblas_get_num_threads(), 1);
   EXPECT_EQ(y[0], 32.0f);
 }

@@ -25,26 +25,36 @@ int64_t PooledSum(CpuThreadPool& pool, int extra, int64_t n, int* ran_on) {
   return sum.load();
 }
 
-TEST(CpuThreadPoolTest, RunsOnSeveralThreadsAndWaitsForAllOfThem) {
-  CpuThreadPool pool(3);
-  EXPECT_EQ(pool.num_workers(), 3);
-  // A task that holds every runner until 4 have arrived or 2 s pass proves
-  // that workers really run it concurrently with the caller.
-  std::atomic<int> arrived{0};
-  std::mutex ids_mutex;
-  std::set<std::thread::id> ids;
-  const int ran_on = pool.Run(3, [&] {
+// Records the threads that run it; each call holds its thread until `wanted`
+// calls have arrived or `patience` passes, which proves they ran concurrently.
+struct Rendezvous {
+  Rendezvous(int wanted, std::chrono::seconds patience) : wanted(wanted), patience(patience) {}
+  void Arrive() {
     {
       std::lock_guard<std::mutex> lock(ids_mutex);
       ids.insert(std::this_thread::get_id());
     }
     ++arrived;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (arrived.load() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  });
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    while (arrived.load() < wanted && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  }
+  const int wanted;
+  const std::chrono::seconds patience;
+  std::atomic<int> arrived{0};
+  std::mutex ids_mutex;
+  std::set<std::thread::id> ids;
+};
+
+TEST(CpuThreadPoolTest, RunsOnSeveralThreadsAndWaitsForAllOfThem) {
+  CpuThreadPool pool(3);
+  EXPECT_EQ(pool.num_workers(), 3);
+  // A task that holds every runner until 4 have arrived or 2 s pass proves
+  // that workers really run it concurrently with the caller.
+  Rendezvous rendezvous(4, std::chrono::seconds(2));
+  const int ran_on = pool.Run(3, [&] { rendezvous.Arrive(); });
   EXPECT_EQ(ran_on, 4);
-  EXPECT_EQ(arrived.load(), 4);
-  EXPECT_EQ(ids.size(), 4u);
+  EXPECT_EQ(rendezvous.arrived.load(), 4);
+  EXPECT_EQ(rendezvous.ids.size(), 4u);
   for (int rep = 0; rep < 200; ++rep) {  // many short runs: no lost wake-ups, no hang
     int used = 0;
     ASSERT_EQ(PooledSum(pool, 1 + rep % 3, 1000, &used), 999 * 1000 / 2);
@@ -95,20 +105,10 @@ TEST(ParallelForTest, RunsEveryItemOnceAcrossThreads) {
     for (int64_t i = 0; i < items; ++i) ASSERT_EQ(seen[i].load(), 1) << "item " << i << " of " << items;
   }
   if (CpuThreadPool::Shared().num_workers() < 1) GTEST_SKIP() << "no pool worker";
-  std::mutex ids_mutex;
-  std::set<std::thread::id> ids;
-  std::atomic<int> started{0};
-  const int ran_on = ParallelFor(2, 2, [&](int64_t) {
-    {
-      std::lock_guard<std::mutex> lock(ids_mutex);
-      ids.insert(std::this_thread::get_id());
-    }
-    ++started;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  });
+  Rendezvous rendezvous(2, std::chrono::seconds(10));
+  const int ran_on = ParallelFor(2, 2, [&](int64_t) { rendezvous.Arrive(); });
   EXPECT_EQ(ran_on, 2);
-  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_EQ(rendezvous.ids.size(), 2u);
 }
 
 }  // namespace
