@@ -890,6 +890,35 @@ TEST_F(KernelsGpuTest, DISABLED_Timing) {
     std::printf("timing padded_dense_attention B=%d N=%d H=%d D=%d bf16: %.4f ms, workspace %.1f MiB\n", batch, n,
                 heads, dh, ms, PaddedDenseAttentionWorkspaceBytes(p) / 1048576.0);
   }
+  {  // dot interaction at the default model's shape: 128 requests of 50..500 candidates (~35k), F = 6, d = 64
+    const int num_requests = 128, num_sparse = 6, dim = 64;
+    std::vector<int32_t> lengths(num_requests);
+    for (auto& l : lengths) l = 50 + static_cast<int32_t>(rng() % 451);
+    const auto offsets = OffsetsFromLengths(lengths);
+    const int num_candidates = offsets.back();
+    const DeviceArray<int32_t> d_offsets(offsets);
+    const DeviceArray<float> x(RandomFloats(rng, static_cast<size_t>(num_requests) * dim));
+    const DeviceArray<float> pooled(RandomFloats(rng, static_cast<size_t>(num_sparse) * num_requests * dim));
+    const DeviceArray<float> u(RandomFloats(rng, static_cast<size_t>(num_candidates) * dim));
+    const DeviceArray<float> e(RandomFloats(rng, static_cast<size_t>(num_candidates) * dim));
+    const int width = DotInteractionOutputWidth(num_sparse, dim);
+    DeviceArray<float> out(static_cast<size_t>(num_candidates) * width);
+    DotInteractionParams p = {};
+    p.num_sparse = num_sparse;
+    p.num_requests = num_requests;
+    p.num_candidates = num_candidates;
+    p.dim = dim;
+    p.x = x.data();
+    p.pooled = pooled.data();
+    p.u = u.data();
+    p.e = e.data();
+    p.candidate_offsets = d_offsets.data();
+    p.out = out.data();
+    const float ms = time_ms([&] { return DotInteractionCuda(p, stream_); });
+    const double bytes = double(num_candidates) * (2 * dim + width) * 4;  // u, e read; rows written
+    std::printf("timing dot_interaction R=%d C=%d F=%d d=%d: %.4f ms, %.0f GB/s (u, e read + rows written)\n",
+                num_requests, num_candidates, num_sparse, dim, ms, bytes / ms / 1e6);
+  }
   {  // linear with bias + ReLU, fp32 and TF32, without and with a cuBLASLt workspace: a generic shape and the
      // default model's top MLP at ~35k candidates (128 requests per batch: 100 -> 512 -> 256).
     // Also the history projections at ~21k tokens: QKV (64 -> 192) and Wo (64 -> 64).
