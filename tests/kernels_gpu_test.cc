@@ -317,8 +317,9 @@ TEST_F(KernelsGpuTest, HistoryGatherOfOnlyEmptyHistoriesAcceptsEmptyTensors) {
 TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
   std::mt19937_64 rng(14);
   // (num_sparse, dim), n = num_sparse + 3 vectors. Up to 10 vectors run the
-  // register kernel: the model's shape (6, 64); dims off the warp size; 10
-  // vectors (45 pairs: the butterfly's 32 and all 13 tail pairs). Above 10,
+  // register kernel: the model's shape (6, 64); dims off the warp size; up
+  // to 9 vectors its candidate pairs fit in 16 partials, 10 vectors (7
+  // features) take 32. Above 10,
   // the shared-memory kernel: 16 and 17 vectors; 43 (903 pairs, lanes take
   // many rounds, rows beyond 32 banks); and 33 vectors of 1000 floats, whose
   // 132 KB of shared memory leave room for one candidate per block only.
@@ -328,10 +329,13 @@ TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
     const int num_sparse = shape[0], dim = shape[1];
     // 1100 requests: a deep binary search over the offsets (the CPU reference
     // of the two large shapes would take minutes there).
-    for (int num_requests : {1, 23, 1100}) {
+    // Requests of up to 150 candidates, and of up to 3 (the register
+    // kernel's warps take 8 consecutive candidates: these span several
+    // requests, some without candidates).
+    for (const auto& [num_requests, max_candidates] : {std::pair{1, 150}, {23, 150}, {1100, 150}, {300, 3}}) {
       if (num_requests > 23 && (num_sparse + 3) * dim > 1000) continue;
       // Candidates per request include 0 (a request with none) and long runs.
-      const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, 150));
+      const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, max_candidates));
       const int num_candidates = offsets.back();
       const auto x = RandomFloats(rng, static_cast<size_t>(num_requests) * dim);
       const auto pooled = RandomFloats(rng, static_cast<size_t>(num_sparse) * num_requests * dim);
@@ -367,7 +371,7 @@ TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
       const auto got = d_out.ToHost();
       EXPECT_EQ(CountNonFinite(got), 0);
       EXPECT_LT(RelativeError(got, expected), 1e-5)
-          << "F " << num_sparse << " dim " << dim << " requests " << num_requests;
+          << "F " << num_sparse << " dim " << dim << " requests " << num_requests << " of <= " << max_candidates;
     }
   }
 }

@@ -116,29 +116,38 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
   }
 }
 
-// Register kernel, for n <= kMaxVectors (the default model has n = 9): no
-// shared memory. One warp per candidate as above, but lane j holds element
-// k0 + j of every vector, so each lane forms partial dot products of all the
-// pairs over its own elements:
-// - The vectors are taken internally as w = [u_c, e_c, x_r, p_1 .. p_F], and
-//   internal pair (a, b), a < b, has index b(b-1)/2 + a. Neither depends on
-//   n, so with the loops unrolled every register index is a constant; the
-//   vectors past n read as zeros and their pairs are never stored.
-// - The first 32 pairs are summed across the warp by a transposing butterfly
-//   (31 shuffles), which leaves lane j with pair j's sum; the rest (at most
-//   kTailPairs) by one shuffle reduction each.
-// - Each lane then maps its pair back to the output order of DESIGN.md
-//   (v = [x, p_1 .. p_F, u, e]) and stores it.
-// ncu at 128 requests (~36k candidates), n = 9, on the H200: a first version
-// with the vectors in DESIGN.md's order (u, e at runtime indices, so every
-// load picked its source at runtime) and four butterfly groups was issue-bound
-// at 95 us, no faster than the shared-memory kernel; this one takes 57 us.
+// Register kernel, for n <= InteractionRegisterTraits::kMaxVectors (the
+// default model has n = 9): no shared memory. Of a candidate's
+// n(n-1)/2 dot products, the m(m-1)/2 among its request's m = n - 2 vectors
+// (x_r, p_1..F,r) are the same for every candidate of the request; only the
+// 2m + 1 with u_c or e_c are its own (15 of 36 for the default model). So a
+// warp takes kCandidatesPerWarp consecutive candidates, computes the request
+// pairs when its request changes (candidates are grouped by request, so
+// mostly once), and per candidate only the 2m + 1 candidate pairs.
+// Lane j holds element k0 + j of every vector and forms partial dot products
+// of its pairs over its own elements; a transposing butterfly then leaves
+// lane j with pair j's sum: 31 shuffles for the (at most 28) request pairs,
+// and for the candidate pairs 16 shuffles when they fit in 16 partials
+// (m <= 7, kCandidatePartials = 16: the butterfly over 16 partials sums each
+// half-warp, one more shuffle adds the halves), 31 otherwise (m = 8).
+// Internal orders, so that every register index is a compile-time constant:
+// request pair (a, b), a < b < m, is b(b-1)/2 + a; candidate pair 0 is
+// (u, e), 1 + 2i is (v_i, u) and 2 + 2i is (v_i, e). Each lane maps its pair
+// to DESIGN.md's output column once.
+// History on the H200 (128 requests, ~36k candidates, n = 9): 95 us for a
+// first register kernel with the vectors in DESIGN.md's order (runtime
+// indices); 57 us (issue-bound, SM 62%, DRAM 4%) for one that kept all 36
+// pairs per candidate with the internal order [u, e, x, p_f] (96 shuffles and
+// 72 FMAs per lane per candidate; this one: 16 and 30).
 struct InteractionRegisterTraits {
-  static constexpr int kMaxVectors = 10;
-  static constexpr int kMaxPairs = kMaxVectors * (kMaxVectors - 1) / 2;  // 45
-  static constexpr int kTailPairs = kMaxPairs - 32;                      // 13
+  static constexpr int kMaxRequestVectors = 8;  // x and at most 7 pooled features
+  static constexpr int kMaxVectors = kMaxRequestVectors + 2;
+  static constexpr int kMaxRequestPairs = kMaxRequestVectors * (kMaxRequestVectors - 1) / 2;  // 28
+  static constexpr int kCandidatesPerWarp = 8;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
+  static_assert(kMaxRequestPairs <= 32, "request pairs must fit in one lane each");
+  static_assert(2 * kMaxRequestVectors + 1 <= 32, "candidate pairs must fit in one lane each");
 };
 
 // One step of the register kernel's transposing butterfly: a lane keeps the
@@ -155,92 +164,114 @@ __device__ __forceinline__ void ButterflyStep(float* part, int lane) {
   }
 }
 
-// Output column (after the d columns of x) of internal pair p for n vectors.
-__device__ __forceinline__ int InteractionOutputPair(int p, int n) {
-  int b = 1;
-  while ((b + 1) * b / 2 <= p) ++b;
-  const int a = p - b * (b - 1) / 2;
-  // Internal -> DESIGN.md order: u -> n-2, e -> n-1, x -> 0, p_f -> f.
-  auto original = [n](int i) { return i < 2 ? n - 2 + i : i - 2; };
-  int oa = original(a);
-  int ob = original(b);
-  if (oa > ob) {
-    const int t = oa;
-    oa = ob;
-    ob = t;
-  }
-  return oa * (2 * n - oa - 1) / 2 + (ob - oa - 1);
-}
-
-__global__ void __launch_bounds__(InteractionRegisterTraits::kThreads, 3)
-    DotInteractionRegisterKernel(const DotInteractionParams params) {
-  using Traits = InteractionRegisterTraits;
-  constexpr int kMaxN = Traits::kMaxVectors;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int c = blockIdx.x * (blockDim.x / 32) + warp;
-  if (c >= params.num_candidates) return;  // whole warps leave
-  const int dim = params.dim;
-  const int num_requests = params.num_requests;
-  const int num_sparse = params.num_sparse;
-  const int n = num_sparse + 3;
-  const int num_pairs = n * (n - 1) / 2;
-  const int64_t r = RequestOfCandidate(params.candidate_offsets, num_requests, c);
-  float* out = params.out + static_cast<int64_t>(c) * (dim + num_pairs);
-  const float* u = params.u + static_cast<int64_t>(c) * dim;
-  const float* e = params.e + static_cast<int64_t>(c) * dim;
-  const float* x = params.x + r * dim;
-  // Feature f's row is f * feature_stride past this one (no features: null).
-  const float* pooled = num_sparse > 0 ? params.pooled + r * dim : nullptr;
-  const int64_t feature_stride = static_cast<int64_t>(num_requests) * dim;
-
-  float part[32];
-  float tail[Traits::kTailPairs];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) part[i] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < Traits::kTailPairs; ++i) tail[i] = 0.0f;
-  for (int k0 = 0; k0 < dim; k0 += 32) {
-    const int k = k0 + lane;
-    const bool in = k < dim;
-    float w[kMaxN];
-    w[0] = in ? __ldg(u + k) : 0.0f;
-    w[1] = in ? __ldg(e + k) : 0.0f;
-    w[2] = in ? __ldg(x + k) : 0.0f;
-#pragma unroll
-    for (int f = 0; f + 3 < kMaxN; ++f) w[f + 3] = in && f < num_sparse ? __ldg(pooled + f * feature_stride + k) : 0.0f;
-    if (in) out[k] = w[2];
-#pragma unroll
-    for (int b = 1; b < kMaxN; ++b) {
-#pragma unroll
-      for (int a = 0; a < b; ++a) {
-        const int p = b * (b - 1) / 2 + a;
-        if (p < 32) {
-          part[p] = fmaf(w[a], w[b], part[p]);
-        } else {
-          tail[p - 32] = fmaf(w[a], w[b], tail[p - 32]);
-        }
-      }
-    }
-  }
-
-  ButterflyStep<16>(part, lane);
+// Sums kPartials (16 or 32) partials per lane across the warp and returns
+// the sum of pair (lane % kPartials).
+template <int kPartials>
+__device__ __forceinline__ float WarpTransposeSum(float* part, int lane) {
+  static_assert(kPartials == 16 || kPartials == 32, "16 or 32 partials");
+  if constexpr (kPartials == 32) ButterflyStep<16>(part, lane);
   ButterflyStep<8>(part, lane);
   ButterflyStep<4>(part, lane);
   ButterflyStep<2>(part, lane);
   ButterflyStep<1>(part, lane);
-  if (lane < num_pairs) out[dim + InteractionOutputPair(lane, n)] = part[0];
+  if constexpr (kPartials == 16) part[0] += __shfl_xor_sync(0xffffffffu, part[0], 16);
+  return part[0];
+}
 
-  float mine = 0.0f;  // lane t keeps tail pair t
-#pragma unroll
-  for (int t = 0; t < Traits::kTailPairs; ++t) {
-    if (32 + t >= num_pairs) break;  // the same for the whole warp
-    float sum = tail[t];
-#pragma unroll
-    for (int width = 16; width >= 1; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-    if (lane == t) mine = sum;
+// Output column (after the d columns of x) of pair (a, b), a < b, of n
+// vectors in DESIGN.md's order.
+__device__ __forceinline__ int InteractionPairColumn(int a, int b, int n) {
+  return a * (2 * n - a - 1) / 2 + (b - a - 1);
+}
+
+template <int kCandidatePartials>
+__global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
+    DotInteractionRegisterKernel(const DotInteractionParams params) {
+  using Traits = InteractionRegisterTraits;
+  constexpr int kMaxM = Traits::kMaxRequestVectors;
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t c_begin = warp * Traits::kCandidatesPerWarp;
+  if (c_begin >= params.num_candidates) return;  // whole warps leave
+  const int c_end = static_cast<int>(
+      c_begin + Traits::kCandidatesPerWarp < params.num_candidates ? c_begin + Traits::kCandidatesPerWarp
+                                                                   : params.num_candidates);
+  const int dim = params.dim;
+  const int num_requests = params.num_requests;
+  const int m = params.num_sparse + 1;  // request vectors: x, p_1..F
+  const int n = m + 2;
+  const int num_pairs = n * (n - 1) / 2;
+  const int request_pairs = m * (m - 1) / 2;
+  const int candidate_pairs = 2 * m + 1;
+  const int64_t feature_stride = static_cast<int64_t>(num_requests) * dim;
+
+  // This lane's output columns: request pair `lane` and candidate pair `lane`.
+  int request_column = -1;
+  if (lane < request_pairs) {
+    int b = 1;
+    while ((b + 1) * b / 2 <= lane) ++b;
+    request_column = InteractionPairColumn(lane - b * (b - 1) / 2, b, n);
   }
-  if (32 + lane < num_pairs) out[dim + InteractionOutputPair(32 + lane, n)] = mine;
+  int candidate_column = -1;
+  if (lane == 0) {
+    candidate_column = InteractionPairColumn(n - 2, n - 1, n);
+  } else if (lane < candidate_pairs) {
+    candidate_column = InteractionPairColumn((lane - 1) / 2, n - 2 + (lane - 1) % 2, n);
+  }
+
+  // Vector i < m of request r: x_r, then p_i,r (null past m: reads as zero).
+  auto request_vector = [&](int64_t r, int i) -> const float* {
+    return i == 0 ? params.x + r * dim : params.pooled + (i - 1) * feature_stride + r * dim;
+  };
+
+  int64_t r = RequestOfCandidate(params.candidate_offsets, num_requests, static_cast<int>(c_begin));
+  int64_t pairs_of = -1;  // the request whose pairs `request_dot` holds
+  float request_dot = 0.0f;
+  for (int c = static_cast<int>(c_begin); c < c_end; ++c) {
+    while (__ldg(params.candidate_offsets + r + 1) <= c) ++r;  // skips requests without candidates
+    if (r != pairs_of) {
+      float part[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) part[i] = 0.0f;
+      for (int k0 = 0; k0 < dim; k0 += 32) {
+        const int k = k0 + lane;
+        float v[kMaxM];
+#pragma unroll
+        for (int i = 0; i < kMaxM; ++i) v[i] = k < dim && i < m ? __ldg(request_vector(r, i) + k) : 0.0f;
+#pragma unroll
+        for (int b = 1; b < kMaxM; ++b) {
+#pragma unroll
+          for (int a = 0; a < b; ++a) part[b * (b - 1) / 2 + a] = fmaf(v[a], v[b], part[b * (b - 1) / 2 + a]);
+        }
+      }
+      request_dot = WarpTransposeSum<32>(part, lane);
+      pairs_of = r;
+    }
+
+    const float* u = params.u + static_cast<int64_t>(c) * dim;
+    const float* e = params.e + static_cast<int64_t>(c) * dim;
+    float* out = params.out + static_cast<int64_t>(c) * (dim + num_pairs);
+    float part[kCandidatePartials];
+#pragma unroll
+    for (int i = 0; i < kCandidatePartials; ++i) part[i] = 0.0f;
+    for (int k0 = 0; k0 < dim; k0 += 32) {
+      const int k = k0 + lane;
+      const bool in = k < dim;
+      const float uk = in ? __ldg(u + k) : 0.0f;
+      const float ek = in ? __ldg(e + k) : 0.0f;
+      part[0] = fmaf(uk, ek, part[0]);
+#pragma unroll
+      for (int i = 0; i < kMaxM && 2 + 2 * i < kCandidatePartials; ++i) {
+        const float vk = in && i < m ? __ldg(request_vector(r, i) + k) : 0.0f;
+        if (i == 0 && in) out[k] = vk;
+        part[1 + 2 * i] = fmaf(vk, uk, part[1 + 2 * i]);
+        part[2 + 2 * i] = fmaf(vk, ek, part[2 + 2 * i]);
+      }
+    }
+    const float candidate_dot = WarpTransposeSum<kCandidatePartials>(part, lane);
+    if (candidate_column >= 0) out[dim + candidate_column] = candidate_dot;
+    if (request_column >= 0) out[dim + request_column] = request_dot;
+  }
 }
 
 }  // namespace cuda

@@ -33,9 +33,15 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
 
   const int n = params.num_sparse + 3;
   if (n <= cuda::InteractionRegisterTraits::kMaxVectors) {
-    constexpr int kWarps = cuda::InteractionRegisterTraits::kWarps;
-    const int64_t blocks = (static_cast<int64_t>(params.num_candidates) + kWarps - 1) / kWarps;
-    cuda::DotInteractionRegisterKernel<<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(params);
+    using Traits = cuda::InteractionRegisterTraits;
+    constexpr int kPerBlock = Traits::kWarps * Traits::kCandidatesPerWarp;
+    const unsigned blocks = static_cast<unsigned>((static_cast<int64_t>(params.num_candidates) + kPerBlock - 1) / kPerBlock);
+    // Candidate pairs: 2 (num_sparse + 1) + 1 of them, 16 partials up to num_sparse = 6.
+    if (2 * (params.num_sparse + 1) + 1 <= 16) {
+      cuda::DotInteractionRegisterKernel<16><<<blocks, Traits::kThreads, 0, stream>>>(params);
+    } else {
+      cuda::DotInteractionRegisterKernel<32><<<blocks, Traits::kThreads, 0, stream>>>(params);
+    }
     return CudaLaunchStatus("DotInteractionRegisterKernel");
   }
   const int64_t warp_bytes = cuda::InteractionWarpSmemBytes(n, params.dim);
