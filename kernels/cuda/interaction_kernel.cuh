@@ -125,25 +125,28 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
 // pairs when its request changes (candidates are grouped by request, so
 // mostly once), and per candidate only the 2m + 1 candidate pairs.
 // Lane j holds element k0 + j of every vector and forms partial dot products
-// of its pairs over its own elements; a transposing butterfly then leaves
-// lane j with pair j's sum: 31 shuffles for the (at most 28) request pairs,
-// and for the candidate pairs 16 shuffles when they fit in 16 partials
-// (m <= 7, kCandidatePartials = 16: the butterfly over 16 partials sums each
-// half-warp, one more shuffle adds the halves), 31 otherwise (m = 8).
+// of its pairs over its own elements; a transposing butterfly (31 shuffles)
+// then leaves lane j with the sum of partial j. The request pairs (at most
+// 28) take one butterfly. The candidate pairs take kCandidatePartials = 16
+// partials when 2m + 1 <= 16 (m <= 7), and then one butterfly serves two
+// candidates of the same request (partials 0-15 and 16-31: 15.5 shuffles and
+// 30 FMAs per lane and candidate at d = 64); otherwise (m = 8) 32 partials
+// and one candidate per butterfly.
 // Internal orders, so that every register index is a compile-time constant:
 // request pair (a, b), a < b < m, is b(b-1)/2 + a; candidate pair 0 is
 // (u, e), 1 + 2i is (v_i, u) and 2 + 2i is (v_i, e). Each lane maps its pair
 // to DESIGN.md's output column once.
-// History on the H200 (128 requests, ~36k candidates, n = 9): 95 us for a
-// first register kernel with the vectors in DESIGN.md's order (runtime
-// indices); 57 us (issue-bound, SM 62%, DRAM 4%) for one that kept all 36
-// pairs per candidate with the internal order [u, e, x, p_f] (96 shuffles and
-// 72 FMAs per lane per candidate; this one: 16 and 30).
+// History on the H200 (128 requests, ~31-36k candidates, n = 9): 95 us for
+// a first register kernel with the vectors in DESIGN.md's order (runtime
+// indices); 57 us (ncu; 42.7 us by events) for one that kept all 36 pairs
+// per candidate (96 shuffles and 72 FMAs per lane and candidate); with the
+// request pairs once per request, 8 candidates per warp and one candidate
+// per butterfly: 29.7 us (events); two per butterfly with 16 per warp: -21%
+// more (24.3 -> 19.1 us on ~31k candidates, bench/NOTES.md).
 struct InteractionRegisterTraits {
   static constexpr int kMaxRequestVectors = 8;  // x and at most 7 pooled features
   static constexpr int kMaxVectors = kMaxRequestVectors + 2;
   static constexpr int kMaxRequestPairs = kMaxRequestVectors * (kMaxRequestVectors - 1) / 2;  // 28
-  static constexpr int kCandidatesPerWarp = 8;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static_assert(kMaxRequestPairs <= 32, "request pairs must fit in one lane each");
@@ -164,17 +167,13 @@ __device__ __forceinline__ void ButterflyStep(float* part, int lane) {
   }
 }
 
-// Sums kPartials (16 or 32) partials per lane across the warp and returns
-// the sum of pair (lane % kPartials).
-template <int kPartials>
-__device__ __forceinline__ float WarpTransposeSum(float* part, int lane) {
-  static_assert(kPartials == 16 || kPartials == 32, "16 or 32 partials");
-  if constexpr (kPartials == 32) ButterflyStep<16>(part, lane);
+// Sums 32 partials per lane across the warp; returns the sum of partial `lane`.
+__device__ __forceinline__ float WarpTransposeSum(float (&part)[32], int lane) {
+  ButterflyStep<16>(part, lane);
   ButterflyStep<8>(part, lane);
   ButterflyStep<4>(part, lane);
   ButterflyStep<2>(part, lane);
   ButterflyStep<1>(part, lane);
-  if constexpr (kPartials == 16) part[0] += __shfl_xor_sync(0xffffffffu, part[0], 16);
   return part[0];
 }
 
@@ -184,18 +183,18 @@ __device__ __forceinline__ int InteractionPairColumn(int a, int b, int n) {
   return a * (2 * n - a - 1) / 2 + (b - a - 1);
 }
 
-template <int kCandidatePartials>
+template <int kCandidatePartials, int kCandidatesPerWarp>
 __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
     DotInteractionRegisterKernel(const DotInteractionParams params) {
-  using Traits = InteractionRegisterTraits;
-  constexpr int kMaxM = Traits::kMaxRequestVectors;
+  static_assert(kCandidatePartials == 16 || kCandidatePartials == 32, "16 or 32 partials per candidate");
+  constexpr int kSlots = 32 / kCandidatePartials;  // candidates per butterfly
+  constexpr int kMaxM = InteractionRegisterTraits::kMaxRequestVectors;
   const int lane = threadIdx.x % 32;
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int64_t c_begin = warp * Traits::kCandidatesPerWarp;
+  const int64_t c_begin = warp * kCandidatesPerWarp;
   if (c_begin >= params.num_candidates) return;  // whole warps leave
   const int c_end = static_cast<int>(
-      c_begin + Traits::kCandidatesPerWarp < params.num_candidates ? c_begin + Traits::kCandidatesPerWarp
-                                                                   : params.num_candidates);
+      c_begin + kCandidatesPerWarp < params.num_candidates ? c_begin + kCandidatesPerWarp : params.num_candidates);
   const int dim = params.dim;
   const int num_requests = params.num_requests;
   const int m = params.num_sparse + 1;  // request vectors: x, p_1..F
@@ -204,22 +203,26 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
   const int request_pairs = m * (m - 1) / 2;
   const int candidate_pairs = 2 * m + 1;
   const int64_t feature_stride = static_cast<int64_t>(num_requests) * dim;
+  const int64_t row_width = dim + num_pairs;
 
-  // This lane's output columns: request pair `lane` and candidate pair `lane`.
+  // This lane's output columns: request pair `lane`, and candidate pair
+  // `lane % kCandidatePartials` of the round's candidate `lane / kCandidatePartials`.
   int request_column = -1;
   if (lane < request_pairs) {
     int b = 1;
     while ((b + 1) * b / 2 <= lane) ++b;
     request_column = InteractionPairColumn(lane - b * (b - 1) / 2, b, n);
   }
+  const int pair = lane % kCandidatePartials;
+  const int slot = lane / kCandidatePartials;
   int candidate_column = -1;
-  if (lane == 0) {
+  if (pair == 0) {
     candidate_column = InteractionPairColumn(n - 2, n - 1, n);
-  } else if (lane < candidate_pairs) {
-    candidate_column = InteractionPairColumn((lane - 1) / 2, n - 2 + (lane - 1) % 2, n);
+  } else if (pair < candidate_pairs) {
+    candidate_column = InteractionPairColumn((pair - 1) / 2, n - 2 + (pair - 1) % 2, n);
   }
 
-  // Vector i < m of request r: x_r, then p_i,r (null past m: reads as zero).
+  // Vector i < m of request r: x_r, then p_i,r.
   auto request_vector = [&](int64_t r, int i) -> const float* {
     return i == 0 ? params.x + r * dim : params.pooled + (i - 1) * feature_stride + r * dim;
   };
@@ -227,7 +230,7 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
   int64_t r = RequestOfCandidate(params.candidate_offsets, num_requests, static_cast<int>(c_begin));
   int64_t pairs_of = -1;  // the request whose pairs `request_dot` holds
   float request_dot = 0.0f;
-  for (int c = static_cast<int>(c_begin); c < c_end; ++c) {
+  for (int c = static_cast<int>(c_begin); c < c_end;) {
     while (__ldg(params.candidate_offsets + r + 1) <= c) ++r;  // skips requests without candidates
     if (r != pairs_of) {
       float part[32];
@@ -244,33 +247,46 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
           for (int a = 0; a < b; ++a) part[b * (b - 1) / 2 + a] = fmaf(v[a], v[b], part[b * (b - 1) / 2 + a]);
         }
       }
-      request_dot = WarpTransposeSum<32>(part, lane);
+      request_dot = WarpTransposeSum(part, lane);
       pairs_of = r;
     }
 
-    const float* u = params.u + static_cast<int64_t>(c) * dim;
-    const float* e = params.e + static_cast<int64_t>(c) * dim;
-    float* out = params.out + static_cast<int64_t>(c) * (dim + num_pairs);
-    float part[kCandidatePartials];
+    // This round's candidates: c and, with two slots, c + 1 if it is in the
+    // warp's range and of the same request (then the request pairs and x are
+    // shared). Slots past `count` keep zero partials and store nothing.
+    const int request_end = __ldg(params.candidate_offsets + r + 1);
+    const int count = kSlots == 2 && c + 1 < c_end && c + 1 < request_end ? 2 : 1;
+    float part[32];
 #pragma unroll
-    for (int i = 0; i < kCandidatePartials; ++i) part[i] = 0.0f;
+    for (int i = 0; i < 32; ++i) part[i] = 0.0f;
     for (int k0 = 0; k0 < dim; k0 += 32) {
       const int k = k0 + lane;
       const bool in = k < dim;
-      const float uk = in ? __ldg(u + k) : 0.0f;
-      const float ek = in ? __ldg(e + k) : 0.0f;
-      part[0] = fmaf(uk, ek, part[0]);
+      float uk[kSlots], ek[kSlots];
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int64_t at = static_cast<int64_t>(c + s) * dim + k;
+        uk[s] = in && s < count ? __ldg(params.u + at) : 0.0f;
+        ek[s] = in && s < count ? __ldg(params.e + at) : 0.0f;
+        part[s * kCandidatePartials] = fmaf(uk[s], ek[s], part[s * kCandidatePartials]);
+      }
 #pragma unroll
       for (int i = 0; i < kMaxM && 2 + 2 * i < kCandidatePartials; ++i) {
         const float vk = in && i < m ? __ldg(request_vector(r, i) + k) : 0.0f;
-        if (i == 0 && in) out[k] = vk;
-        part[1 + 2 * i] = fmaf(vk, uk, part[1 + 2 * i]);
-        part[2 + 2 * i] = fmaf(vk, ek, part[2 + 2 * i]);
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+          if (i == 0 && in && s < count) params.out[(c + s) * row_width + k] = vk;
+          part[s * kCandidatePartials + 1 + 2 * i] = fmaf(vk, uk[s], part[s * kCandidatePartials + 1 + 2 * i]);
+          part[s * kCandidatePartials + 2 + 2 * i] = fmaf(vk, ek[s], part[s * kCandidatePartials + 2 + 2 * i]);
+        }
       }
     }
-    const float candidate_dot = WarpTransposeSum<kCandidatePartials>(part, lane);
-    if (candidate_column >= 0) out[dim + candidate_column] = candidate_dot;
-    if (request_column >= 0) out[dim + request_column] = request_dot;
+    const float candidate_dot = WarpTransposeSum(part, lane);
+    if (candidate_column >= 0 && slot < count) params.out[(c + slot) * row_width + dim + candidate_column] = candidate_dot;
+    if (request_column >= 0) {
+      for (int s = 0; s < count; ++s) params.out[(c + s) * row_width + dim + request_column] = request_dot;
+    }
+    c += count;
   }
 }
 

@@ -33,14 +33,19 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
 
   const int n = params.num_sparse + 3;
   if (n <= cuda::InteractionRegisterTraits::kMaxVectors) {
-    using Traits = cuda::InteractionRegisterTraits;
-    constexpr int kPerBlock = Traits::kWarps * Traits::kCandidatesPerWarp;
-    const unsigned blocks = static_cast<unsigned>((static_cast<int64_t>(params.num_candidates) + kPerBlock - 1) / kPerBlock);
-    // Candidate pairs: 2 (num_sparse + 1) + 1 of them, 16 partials up to num_sparse = 6.
+    // Candidate pairs: 2 (num_sparse + 1) + 1. Up to num_sparse = 6 they fit
+    // in 16 partials and one butterfly takes two candidates; 16 candidates
+    // per warp (timed on the H200 against 2, 4 and 8: bench/NOTES.md).
+    constexpr int kThreads = cuda::InteractionRegisterTraits::kThreads;
+    const int64_t candidates = params.num_candidates;
     if (2 * (params.num_sparse + 1) + 1 <= 16) {
-      cuda::DotInteractionRegisterKernel<16><<<blocks, Traits::kThreads, 0, stream>>>(params);
+      constexpr int kPerBlock = cuda::InteractionRegisterTraits::kWarps * 16;
+      const auto blocks = static_cast<unsigned>((candidates + kPerBlock - 1) / kPerBlock);
+      cuda::DotInteractionRegisterKernel<16, 16><<<blocks, kThreads, 0, stream>>>(params);
     } else {
-      cuda::DotInteractionRegisterKernel<32><<<blocks, Traits::kThreads, 0, stream>>>(params);
+      constexpr int kPerBlock = cuda::InteractionRegisterTraits::kWarps * 8;
+      const auto blocks = static_cast<unsigned>((candidates + kPerBlock - 1) / kPerBlock);
+      cuda::DotInteractionRegisterKernel<32, 8><<<blocks, kThreads, 0, stream>>>(params);
     }
     return CudaLaunchStatus("DotInteractionRegisterKernel");
   }
