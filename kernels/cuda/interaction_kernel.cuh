@@ -141,8 +141,9 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
 // indices); 57 us (ncu; 42.7 us by events) for one that kept all 36 pairs
 // per candidate (96 shuffles and 72 FMAs per lane and candidate); with the
 // request pairs once per request, 8 candidates per warp and one candidate
-// per butterfly: 29.7 us (events); two per butterfly with 16 per warp: -21%
-// more (24.3 -> 19.1 us on ~31k candidates, bench/NOTES.md).
+// per butterfly: 29.7 us (events); two per butterfly with 16 per warp: 26.2
+// us (43.1 for the 36-pair kernel in the same call; a harness on ~31k
+// candidates, same call for both: 24.3 -> 19.1 us; bench/NOTES.md).
 struct InteractionRegisterTraits {
   static constexpr int kMaxRequestVectors = 8;  // x and at most 7 pooled features
   static constexpr int kMaxVectors = kMaxRequestVectors + 2;
