@@ -330,8 +330,9 @@ TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
     // 1100 requests: a deep binary search over the offsets (the CPU reference
     // of the two large shapes would take minutes there).
     // Requests of up to 150 candidates, and of up to 3 (the register
-    // kernel's warps take 8 consecutive candidates: these span several
-    // requests, some without candidates).
+    // kernel's warps take 16 (F <= 6) or 8 consecutive candidates, two at a
+    // time when they share a request: these span several requests, some
+    // without candidates, and pairs straddle request boundaries).
     for (const auto& [num_requests, max_candidates] : {std::pair{1, 150}, {23, 150}, {1100, 150}, {300, 3}}) {
       if (num_requests > 23 && (num_sparse + 3) * dim > 1000) continue;
       // Candidates per request include 0 (a request with none) and long runs.

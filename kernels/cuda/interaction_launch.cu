@@ -36,16 +36,15 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
     // Candidate pairs: 2 (num_sparse + 1) + 1. Up to num_sparse = 6 they fit
     // in 16 partials and one butterfly takes two candidates; 16 candidates
     // per warp (timed on the H200 against 2, 4 and 8: bench/NOTES.md).
-    constexpr int kThreads = cuda::InteractionRegisterTraits::kThreads;
-    const int64_t candidates = params.num_candidates;
+    using Traits = cuda::InteractionRegisterTraits;
+    auto blocks_of = [&](int per_warp) {
+      const int64_t per_block = static_cast<int64_t>(Traits::kWarps) * per_warp;
+      return static_cast<unsigned>((params.num_candidates + per_block - 1) / per_block);
+    };
     if (2 * (params.num_sparse + 1) + 1 <= 16) {
-      constexpr int kPerBlock = cuda::InteractionRegisterTraits::kWarps * 16;
-      const auto blocks = static_cast<unsigned>((candidates + kPerBlock - 1) / kPerBlock);
-      cuda::DotInteractionRegisterKernel<16, 16><<<blocks, kThreads, 0, stream>>>(params);
+      cuda::DotInteractionRegisterKernel<16, 16><<<blocks_of(16), Traits::kThreads, 0, stream>>>(params);
     } else {
-      constexpr int kPerBlock = cuda::InteractionRegisterTraits::kWarps * 8;
-      const auto blocks = static_cast<unsigned>((candidates + kPerBlock - 1) / kPerBlock);
-      cuda::DotInteractionRegisterKernel<32, 8><<<blocks, kThreads, 0, stream>>>(params);
+      cuda::DotInteractionRegisterKernel<32, 8><<<blocks_of(8), Traits::kThreads, 0, stream>>>(params);
     }
     return CudaLaunchStatus("DotInteractionRegisterKernel");
   }
