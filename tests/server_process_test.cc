@@ -376,10 +376,98 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
   EXPECT_EQ(nlohmann::json::parse(ReadFile(json))["workload"]["minimal_stack"], true);
   EXPECT_EQ(RunCommand(load + " --grpc-channel-args grpc.minimal_stack=1 2>&1", &out), 2);
   EXPECT_NE(out.find("use --minimal-stack"), std::string::npos) << out;
+  // The nghttp2 engine over the unix socket too.
+  ASSERT_EQ(RunCommand(load + " --engine nghttp2 --json-out " + json + " 2>&1", &out), 0) << out;
+  const nlohmann::json h2 = nlohmann::json::parse(ReadFile(json));
+  EXPECT_GT(h2["requests_ok"].get<int64_t>(), 0) << h2.dump();
+  EXPECT_EQ(h2["requests_error"].get<int64_t>(), 0) << h2.dump();
 
   stub_.reset();  // as above: no idle connection of this process at the drain
   channel_.reset();
   StopServerExpectCleanExit();
+}
+
+// jagrank-loadgen --engine nghttp2 speaks gRPC's wire format itself (no
+// gRPC client library): against the real server it gets every call answered
+// and the sampled responses' score counts right, in the closed and the open
+// loop; it reports the server's own status and message for refused calls;
+// and when the server dies mid-run it counts the calls lost as UNAVAILABLE
+// and still ends (rc 0) after its window.
+TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) {
+  StartServer({"--max-candidates-per-request", "40"});
+  const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
+                           " --engine nghttp2 --channels 3 --client-threads 2 --history-median 8 --pool 64";
+  std::string out;
+  const std::string json = dir_ + "/h2.json";
+  ASSERT_EQ(RunCommand(load + " --concurrency 8 --duration-s 1 --warmup-s 0.2 --candidates-min 5"
+                              " --candidates-max 20 --json-out " + json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  nlohmann::json r = nlohmann::json::parse(ReadFile(json));
+  EXPECT_GT(r["requests_ok"].get<int64_t>(), 64) << r.dump();  // so sampled responses were parsed and counted
+  EXPECT_EQ(r["requests_error"].get<int64_t>(), 0) << r.dump();
+  EXPECT_EQ(r["workload"]["engine"], "nghttp2") << r.dump();
+  EXPECT_EQ(r["server"]["model"], "test-small");
+  EXPECT_GE(r["latency_ms"]["p99"].get<double>(), r["latency_ms"]["p50"].get<double>());
+  EXPECT_GT(r["latency_ms"]["p50"].get<double>(), 0) << r.dump();
+
+  // Open loop: the loops' timers pace a Poisson stream of 200 calls/s.
+  ASSERT_EQ(RunCommand(load + " --rate 200 --duration-s 2 --warmup-s 0.2 --candidates-min 5 --candidates-max 20"
+                              " --json-out " + json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  r = nlohmann::json::parse(ReadFile(json));
+  EXPECT_EQ(r["mode"], "open") << r.dump();
+  EXPECT_GT(r["sent_per_s"].get<double>(), 140) << r.dump();  // 400 expected in 2 s, sd 20
+  EXPECT_LT(r["sent_per_s"].get<double>(), 260) << r.dump();
+  EXPECT_EQ(r["requests_error"].get<int64_t>(), 0) << r.dump();
+  EXPECT_DOUBLE_EQ(r["qps"].get<double>(), r["sent_per_s"].get<double>()) << r.dump();
+
+  // Every request over the server's candidate limit: the server's code and
+  // message come back through the trailers.
+  ASSERT_EQ(RunCommand(load + " --concurrency 4 --duration-s 0.5 --warmup-s 0.1 --candidates-min 41"
+                              " --candidates-max 50 --json-out " + json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  r = nlohmann::json::parse(ReadFile(json));
+  EXPECT_EQ(r["requests_ok"].get<int64_t>(), 0) << r.dump();
+  EXPECT_GT(r["errors"]["INVALID_ARGUMENT"].get<int64_t>(), 0) << r.dump();
+  EXPECT_EQ(r["errors"].size(), 1u) << r.dump();
+  EXPECT_NE(r["first_error"].get<std::string>().find("max_candidates_per_request = 40"), std::string::npos)
+      << r.dump();
+
+  EXPECT_EQ(RunCommand(load + " --engine http3 2>&1", &out), 2);
+  EXPECT_NE(out.find("must be grpc or nghttp2"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(load + " --channels 1 2>&1", &out), 2);
+  EXPECT_NE(out.find("--channels (1) >= --client-threads (2)"), std::string::npos) << out;
+
+  // The server dies once the measured window has begun (the progress line
+  // on stderr says so): the loadgen ends after its window, the calls lost
+  // counted as UNAVAILABLE.
+  const std::string progress = dir_ + "/h2_progress.txt";
+  int killed_rc = -1;
+  std::thread loadgen([&] {
+    std::string ignored;
+    killed_rc = RunCommand(load + " --concurrency 8 --duration-s 3 --warmup-s 0.1 --candidates-min 5"
+                                  " --candidates-max 20 --json-out " + json + " 2>" + progress,
+                           &ignored);
+  });
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (ReadFile(progress).find("measure") == std::string::npos && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(kill(pid_, SIGKILL), 0);
+  int status = 0;
+  EXPECT_TRUE(WaitExit(pid_, 10s, &status));
+  pid_ = -1;
+  loadgen.join();
+  EXPECT_EQ(killed_rc, 0) << ReadFile(progress);
+  r = nlohmann::json::parse(ReadFile(json));
+  EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << r.dump();
+  EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
 }
 
 TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {

@@ -17,16 +17,28 @@
 // own cost stays low: it shares the host with the server in the benchmarks.
 // One response in kResponseCheckEvery is parsed and its score count checked.
 // The report includes the client's CPU use, in cores, over the run.
+//
+// --engine nghttp2 sends the same calls without gRPC's client library: each
+// of --client-threads event loops owns its share of --channels HTTP/2
+// connections (tools/h2_grpc_connection.h) and, in the open loop, paces its
+// own Poisson stream with a timer. It costs the host less CPU per call than
+// gRPC C++'s client, which matters where the loadgen shares the server's
+// cores. The server sees standard gRPC either way.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -40,6 +52,7 @@
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "server/flags.h"
 #include "server/grpc_process.h"
+#include "tools/h2_grpc_connection.h"
 
 namespace jagrank {
 namespace {
@@ -60,7 +73,8 @@ struct Options {
   int sparse_ids_max = 4;      // ids per sparse feature, uniform in [1, this]
   int pool = 512;              // distinct requests generated up front
   int channels = 4;            // separate HTTP/2 connections
-  int client_threads = 4;      // completion queues, one polling thread each
+  int client_threads = 4;      // completion queues (grpc) or event loops (nghttp2), one thread each
+  std::string engine = "grpc"; // grpc: gRPC C++'s async client; nghttp2: H2GrpcConnection
   int64_t timeout_ms = 5000;   // per-call deadline
   int max_outstanding = 20000; // open loop: calls beyond this are counted as CLIENT_OVERLOAD, not sent
   int64_t seed = 1;
@@ -104,9 +118,22 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
+// A response must parse and carry one score per candidate.
+grpc::Status CheckScores(const v1::RankResponse& response, int candidates) {
+  if (response.scores_size() != candidates) {
+    return grpc::Status(grpc::StatusCode::DATA_LOSS, "response has " + std::to_string(response.scores_size()) +
+                                                         " scores for " + std::to_string(candidates) +
+                                                         " candidates");
+  }
+  return grpc::Status::OK;
+}
+
 class LoadGen {
  public:
-  LoadGen(const Options& options, const v1::ModelInfo& info) : options_(options), info_(info) {
+  LoadGen(const Options& options, const v1::ModelInfo& info)
+      : options_(options), info_(info), h2_(options.engine == "nghttp2") {
+    MakePool();
+    if (h2_) return;  // ConnectH2 makes the connections
     for (int i = 0; i < options_.channels; ++i) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
@@ -124,14 +151,53 @@ class LoadGen {
           grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args)));
     }
     for (int t = 0; t < options_.client_threads; ++t) cqs_.push_back(std::make_unique<grpc::CompletionQueue>());
-    MakePool();
+  }
+
+  ~LoadGen() {
+    for (H2Loop& loop : h2_loops_) {
+      if (loop.epoll_fd >= 0) close(loop.epoll_fd);
+      if (loop.timer_fd >= 0) close(loop.timer_fd);
+    }
+  }
+
+  // --engine nghttp2: opens --channels connections, dealt round-robin to the
+  // --client-threads event loops. False, with *error, when one fails.
+  bool ConnectH2(std::string* error) {
+    h2_loops_ = std::vector<H2Loop>(options_.client_threads);
+    for (int t = 0; t < options_.client_threads; ++t) {
+      H2Loop& loop = h2_loops_[t];
+      loop.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+      loop.timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+      if (loop.epoll_fd < 0 || loop.timer_fd < 0) {
+        *error = std::string("epoll/timerfd: ") + std::strerror(errno);
+        return false;
+      }
+      epoll_event timer = {};
+      timer.events = EPOLLIN;
+      timer.data.u64 = kTimerEvent;
+      epoll_ctl(loop.epoll_fd, EPOLL_CTL_ADD, loop.timer_fd, &timer);
+    }
+    for (int i = 0; i < options_.channels; ++i) {
+      const int t = i % options_.client_threads;
+      H2Loop& loop = h2_loops_[t];
+      auto connection = H2GrpcConnection::Connect(
+          options_.address, [this, t](void* tag, const H2CallResult& result) { H2Done(t, tag, result); }, error);
+      if (connection == nullptr) return false;
+      epoll_event event = {};
+      event.events = EPOLLIN;
+      event.data.u64 = loop.connections.size();
+      if (epoll_ctl(loop.epoll_fd, EPOLL_CTL_ADD, connection->fd(), &event) != 0) {
+        *error = std::string("epoll_ctl: ") + std::strerror(errno);
+        return false;
+      }
+      loop.connections.push_back(std::move(connection));
+      loop.wants_write.push_back(false);
+    }
+    return true;
   }
 
   nlohmann::json Run() {
     const bool open_loop = options_.rate > 0;
-    for (int t = 0; t < options_.client_threads; ++t) {
-      threads_.emplace_back([this, t] { Poll(t); });
-    }
     const auto start = SteadyClock::now();
     const double cpu_start = ProcessCpuSeconds();
     const auto measure_at = start + Seconds(options_.warmup_s);
@@ -141,11 +207,17 @@ class LoadGen {
     // One sending thread could not keep up: at ~47k calls/s offered on the
     // H200 host a single pacer sent ~31k/s and the rest piled up behind it.
     std::vector<std::thread> pacers;
-    if (open_loop) {
+    if (h2_) {
+      for (int t = 0; t < options_.client_threads; ++t) threads_.emplace_back([this, t] { RunH2Loop(t); });
+    } else {
+      for (int t = 0; t < options_.client_threads; ++t) threads_.emplace_back([this, t] { Poll(t); });
+    }
+    // (The nghttp2 event loops pace or start their calls themselves.)
+    if (!h2_ && open_loop) {
       for (int t = 0; t < options_.client_threads; ++t) {
         pacers.emplace_back([this, t, end_at] { OpenLoop(t, end_at); });
       }
-    } else {
+    } else if (!h2_) {
       const auto now = SteadyClock::now();
       for (int i = 0; i < options_.concurrency; ++i) Issue(i % options_.client_threads, now);
     }
@@ -177,6 +249,7 @@ class LoadGen {
                      [&] { return outstanding_.load() == 0; });
     }
     std::fprintf(stderr, "\n");
+    h2_quit_.store(true);  // calls still out after the wait end as UNAVAILABLE
     for (auto& cq : cqs_) cq->Shutdown();
     for (std::thread& t : threads_) t.join();
     return Report(open_loop);
@@ -214,8 +287,15 @@ class LoadGen {
         std::fprintf(stderr, "jagrank-loadgen: cannot serialise request %d\n", i);
         std::exit(1);
       }
-      grpc::Slice slice(bytes);
-      pool_.push_back({grpc::ByteBuffer(&slice, 1), r.candidate_item_ids_size()});
+      PooledRequest pooled;
+      pooled.candidates = r.candidate_item_ids_size();
+      if (h2_) {
+        pooled.framed = FrameGrpcMessage(bytes);
+      } else {
+        grpc::Slice slice(bytes);
+        pooled.bytes = grpc::ByteBuffer(&slice, 1);
+      }
+      pool_.push_back(std::move(pooled));
     }
   }
 
@@ -250,50 +330,212 @@ class LoadGen {
   }
 
   void Done(Call* call, grpc::Status status) {
-    if (status.ok() && call->check_response) status = CheckResponse(call);
-    const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - call->start).count();
+    if (status.ok() && call->check_response) {
+      v1::RankResponse response;  // consumes call->response
+      status = grpc::SerializationTraits<v1::RankResponse>::Deserialize(&call->response, &response).ok()
+                   ? CheckScores(response, call->candidates)
+                   : grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
+    }
+    Record(call->start, call->measured, call->candidates, status);
+    const int thread = call->thread;
+    delete call;
+    if (options_.rate <= 0 && !stopping_.load()) {  // closed loop: the next call takes this one's place
+      outstanding_.fetch_sub(1);
+      Issue(thread, SteadyClock::now());
+      return;
+    }
+    CallLeft();
+  }
+
+  // Counts one finished call (either engine), and in the window its latency
+  // from `start` or its error.
+  void Record(SteadyClock::time_point start, bool measured, int candidates, const grpc::Status& status) {
+    const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
     completed_.fetch_add(1);
     if (status.ok()) {
       ok_total_.fetch_add(1);
     } else {
       errors_total_.fetch_add(1);
     }
-    if (call->measured) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (status.ok()) {
-        latencies_ms_.push_back(ms);
-        candidates_ok_ += call->candidates;
-      } else {
-        errors_[CodeName(status.error_code())]++;
-        if (first_error_.empty()) first_error_ = status.error_message();
-      }
+    if (!measured) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) {
+      latencies_ms_.push_back(ms);
+      candidates_ok_ += candidates;
+    } else {
+      errors_[CodeName(status.error_code())]++;
+      if (first_error_.empty()) first_error_ = status.error_message();
     }
-    const int thread = call->thread;
-    delete call;
-    const bool closed_loop = options_.rate <= 0;
-    if (closed_loop && !stopping_.load()) {
-      outstanding_.fetch_sub(1);
-      Issue(thread, SteadyClock::now());
-      return;
-    }
+  }
+
+  // One call fewer outstanding; wakes Run's final wait at the last.
+  void CallLeft() {
     if (outstanding_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
       idle_.notify_all();
     }
   }
 
-  // A response must parse and carry one score per candidate.
-  // Consumes call->response.
-  static grpc::Status CheckResponse(Call* call) {
-    v1::RankResponse response;
-    grpc::Status parsed = grpc::SerializationTraits<v1::RankResponse>::Deserialize(&call->response, &response);
-    if (!parsed.ok()) return grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
-    if (response.scores_size() != call->candidates) {
-      return grpc::Status(grpc::StatusCode::DATA_LOSS, "response has " + std::to_string(response.scores_size()) +
-                                                           " scores for " + std::to_string(call->candidates) +
-                                                           " candidates");
+  // --engine nghttp2 ----------------------------------------------------
+
+  static constexpr uint64_t kTimerEvent = ~uint64_t{0};  // epoll data of a loop's timerfd
+
+  // One event loop's state; touched only by its thread (after ConnectH2).
+  struct H2Loop {
+    int epoll_fd = -1;
+    int timer_fd = -1;  // open loop: fires at the next scheduled send
+    std::vector<std::unique_ptr<H2GrpcConnection>> connections;
+    std::vector<bool> wants_write;  // per connection: EPOLLOUT is in its epoll set
+    size_t next_connection = 0;
+    int64_t outstanding = 0;  // calls of this loop in flight
+  };
+
+  struct H2Call {
+    SteadyClock::time_point start;
+    int candidates = 0;
+    bool measured = false;
+    bool check_response = false;
+  };
+
+  // Starts one call on loop `t`'s next open connection, its latency counted
+  // from `start`. A call that cannot start is counted as an error.
+  void IssueH2(int t, SteadyClock::time_point start) {
+    H2Loop& loop = h2_loops_[t];
+    const int64_t n = next_.fetch_add(1);
+    const PooledRequest& request = pool_[n % pool_.size()];
+    auto call = std::make_unique<H2Call>();
+    call->start = start;
+    call->measured = start >= measure_at_ && start < end_at_;
+    if (call->measured) sent_measured_.fetch_add(1);
+    call->candidates = request.candidates;
+    call->check_response = n % kResponseCheckEvery == 0;
+    for (size_t tries = 0; tries < loop.connections.size(); ++tries) {
+      H2GrpcConnection& connection = *loop.connections[loop.next_connection++ % loop.connections.size()];
+      if (connection.closed()) continue;
+      outstanding_.fetch_add(1);
+      ++loop.outstanding;
+      H2Call* raw = call.get();
+      if (connection.StartCall(kRankMethod, request.framed, options_.timeout_ms, raw->check_response, raw)) {
+        call.release();  // owned by the connection's callback from here on
+        return;
+      }
+      --loop.outstanding;
+      CallLeft();
     }
-    return grpc::Status::OK;
+    Record(start, call->measured, 0,
+           grpc::Status(grpc::StatusCode::UNAVAILABLE, "no open HTTP/2 connection to start a call on"));
+  }
+
+  // A call of loop `t` ended (called by its connection, on the loop's thread).
+  void H2Done(int t, void* tag, const H2CallResult& result) {
+    std::unique_ptr<H2Call> call(static_cast<H2Call*>(tag));
+    grpc::Status status(static_cast<grpc::StatusCode>(result.code), result.message);
+    if (status.ok() && call->check_response) {
+      v1::RankResponse response;
+      status = response.ParseFromArray(result.response.data(), static_cast<int>(result.response.size()))
+                   ? CheckScores(response, call->candidates)
+                   : grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
+    }
+    Record(call->start, call->measured, call->candidates, status);
+    --h2_loops_[t].outstanding;
+    if (options_.rate <= 0 && !stopping_.load() && !h2_quit_.load()) {
+      outstanding_.fetch_sub(1);
+      IssueH2(t, SteadyClock::now());
+      return;
+    }
+    CallLeft();
+  }
+
+  // Event loop `t`: starts its share of the closed loop's calls, or paces
+  // its Poisson stream of rate / client_threads calls per second; then
+  // reads, writes and restarts calls until the run stops and its calls are
+  // back (or Run gives up waiting for them).
+  void RunH2Loop(int t) {
+    H2Loop& loop = h2_loops_[t];
+    const bool open_loop = options_.rate > 0;
+    std::mt19937_64 rng(options_.seed + 1 + t);
+    std::exponential_distribution<double> gap(open_loop ? options_.rate / options_.client_threads : 1.0);
+    auto next = SteadyClock::now();
+    bool pacing = open_loop;
+    int64_t scheduled = 0, late = 0;
+    double max_lag_ms = 0;
+    auto arm_timer = [&] {
+      next += Seconds(gap(rng));
+      if (next >= end_at_) {
+        pacing = false;
+        return;
+      }
+      itimerspec when = {};
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next.time_since_epoch()).count();
+      when.it_value.tv_sec = ns / 1000000000;
+      when.it_value.tv_nsec = ns % 1000000000;
+      timerfd_settime(loop.timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+    };
+    if (open_loop) {
+      arm_timer();
+    } else {
+      const int share = options_.concurrency / options_.client_threads + (t < options_.concurrency % options_.client_threads);
+      const auto now = SteadyClock::now();
+      for (int i = 0; i < share; ++i) IssueH2(t, now);
+    }
+    epoll_event events[64];
+    while (!h2_quit_.load()) {
+      // Out once the run stopped, the pacer is done and every call is back.
+      if ((stopping_.load() || open_loop) && !pacing && loop.outstanding == 0) break;
+      FlushH2(&loop);
+      const int n = epoll_wait(loop.epoll_fd, events, 64, 50);  // 50 ms: notices stopping_ and h2_quit_
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.u64 == kTimerEvent) {
+          uint64_t expirations = 0;
+          if (read(loop.timer_fd, &expirations, sizeof(expirations)) < 0) continue;  // spurious
+          const auto now = SteadyClock::now();
+          while (pacing && next <= now) {
+            const bool measured = next >= measure_at_ && next < end_at_;
+            if (measured) {
+              const double lag_ms = std::chrono::duration<double, std::milli>(now - next).count();
+              ++scheduled;
+              if (lag_ms > 1.0) ++late;
+              max_lag_ms = std::max(max_lag_ms, lag_ms);
+            }
+            if (outstanding_.load() >= options_.max_outstanding) {
+              if (measured) {
+                std::lock_guard<std::mutex> lock(mu_);
+                errors_["CLIENT_OVERLOAD"]++;
+              }
+            } else {
+              IssueH2(t, next);
+            }
+            arm_timer();
+          }
+          continue;
+        }
+        H2GrpcConnection& connection = *loop.connections[events[i].data.u64];
+        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) connection.OnReadable();
+        if (events[i].events & EPOLLOUT) connection.Flush();
+      }
+    }
+    loop.connections.clear();  // ends the calls still out (UNAVAILABLE) on this thread
+    std::lock_guard<std::mutex> lock(mu_);
+    pacer_scheduled_ += scheduled;
+    pacer_late_ += late;
+    pacer_max_lag_ms_ = std::max(pacer_max_lag_ms_, max_lag_ms);
+  }
+
+  // Writes what each open connection of `loop` has queued, and asks epoll
+  // for EPOLLOUT exactly where the socket did not take it all.
+  static void FlushH2(H2Loop* loop) {
+    for (size_t c = 0; c < loop->connections.size(); ++c) {
+      H2GrpcConnection& connection = *loop->connections[c];
+      if (connection.closed()) continue;
+      connection.Flush();
+      const bool wants = !connection.closed() && connection.WantsWrite();
+      if (wants == loop->wants_write[c]) continue;
+      epoll_event event = {};
+      event.events = EPOLLIN | (wants ? EPOLLOUT : 0u);
+      event.data.u64 = c;
+      epoll_ctl(loop->epoll_fd, EPOLL_CTL_MOD, connection.fd(), &event);
+      loop->wants_write[c] = wants;
+    }
   }
 
   // Pacer `thread`: a Poisson stream of rate / client_threads calls per
@@ -384,6 +626,7 @@ class LoadGen {
                      {"pool", options_.pool},
                      {"channels", options_.channels},
                      {"client_threads", options_.client_threads},
+                     {"engine", options_.engine},
                      {"minimal_stack", options_.minimal_stack},
                      {"grpc_channel_args", options_.grpc_channel_args}};
     j["server"] = {{"model", info_.name()},     {"version", info_.version()},
@@ -395,9 +638,12 @@ class LoadGen {
   const Options options_;
   const v1::ModelInfo info_;
   struct PooledRequest {
-    grpc::ByteBuffer bytes;  // a serialised v1::RankRequest
-    int candidates;
+    grpc::ByteBuffer bytes;  // a serialised v1::RankRequest (engine grpc)
+    std::string framed;      // the same with gRPC's 5-byte prefix (engine nghttp2)
+    int candidates = 0;
   };
+  const bool h2_;  // --engine nghttp2
+  std::vector<H2Loop> h2_loops_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   std::vector<std::unique_ptr<grpc::CompletionQueue>> cqs_;  // one per client thread
   std::vector<std::thread> threads_;
@@ -415,6 +661,7 @@ class LoadGen {
   SteadyClock::time_point measure_at_;
   SteadyClock::time_point end_at_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> h2_quit_{false};  // the nghttp2 loops leave now, calls out or not
   std::mutex mu_;
   std::condition_variable idle_;
   std::vector<double> latencies_ms_;      // guarded by mu_
@@ -464,7 +711,10 @@ int Main(int argc, char** argv) {
   flags.Add("sparse-ids-max", &o.sparse_ids_max, "ids per sparse feature: uniform in [1, this]");
   flags.Add("pool", &o.pool, "distinct requests generated up front");
   flags.Add("channels", &o.channels, "gRPC connections");
-  flags.Add("client-threads", &o.client_threads, "completion queues, each polled by one thread");
+  flags.Add("client-threads", &o.client_threads,
+            "client threads: completion queues (grpc) or event loops (nghttp2), one thread each");
+  flags.Add("engine", &o.engine,
+            "grpc (gRPC C++'s async client) | nghttp2 (gRPC's wire format over libnghttp2: less client CPU)");
   flags.Add("timeout-ms", &o.timeout_ms, "per-call deadline");
   flags.Add("max-outstanding", &o.max_outstanding, "open loop: cap on calls in flight");
   flags.Add("seed", &o.seed, "workload seed");
@@ -486,6 +736,15 @@ int Main(int argc, char** argv) {
   if (o.candidates_min < 1 || o.candidates_max < o.candidates_min || o.duration_s <= 0 || o.pool < 1 ||
       o.channels < 1 || o.client_threads < 1 || (o.rate <= 0 && o.concurrency < 1)) {
     std::fprintf(stderr, "jagrank-loadgen: bad workload flags (see --help)\n");
+    return 2;
+  }
+  if (o.engine != "grpc" && o.engine != "nghttp2") {
+    std::fprintf(stderr, "jagrank-loadgen: --engine '%s': must be grpc or nghttp2\n", o.engine.c_str());
+    return 2;
+  }
+  if (o.engine == "nghttp2" && o.channels < o.client_threads) {
+    std::fprintf(stderr, "jagrank-loadgen: --engine nghttp2 needs --channels (%d) >= --client-threads (%d)\n",
+                 o.channels, o.client_threads);
     return 2;
   }
   Status args_ok = ParseGrpcChannelArgs(
@@ -511,6 +770,11 @@ int Main(int argc, char** argv) {
     }
   }
   LoadGen loadgen(o, info);
+  std::string connect_error;
+  if (o.engine == "nghttp2" && !loadgen.ConnectH2(&connect_error)) {
+    std::fprintf(stderr, "jagrank-loadgen: %s\n", connect_error.c_str());
+    return 1;
+  }
   const nlohmann::json result = loadgen.Run();
   PrintTable(result);
   if (!o.json_out.empty()) {
