@@ -34,6 +34,10 @@ class ServerMetrics {
   virtual void OnRejected(const std::string& reason) = 0;
   // Time a request spent queued before its batch started.
   virtual void OnQueueLatency(double seconds) = 0;
+  // Time from handing a reply (or an error) to gRPC until gRPC reported it
+  // sent: the response path inside gRPC, which request_latency_seconds
+  // does not include.
+  virtual void OnResponseSent(double seconds) = 0;
   virtual void OnBatch(const BatchStats& stats) = 0;
   virtual void SetQueueDepth(int64_t requests) = 0;
   virtual void SetInflight(int64_t requests) = 0;
@@ -46,6 +50,7 @@ class NullMetrics final : public ServerMetrics {
   void OnRequestDone(const std::string&, int64_t, double) override {}
   void OnRejected(const std::string&) override {}
   void OnQueueLatency(double) override {}
+  void OnResponseSent(double) override {}
   void OnBatch(const BatchStats&) override {}
   void SetQueueDepth(int64_t) override {}
   void SetInflight(int64_t) override {}

@@ -179,6 +179,8 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     queue_latency_ = &LatencyHistogram("jagrank_queue_latency_seconds",
                                        "Time a request waited in the batcher queue before its batch started");
     compute_latency_ = &LatencyHistogram("jagrank_compute_latency_seconds", "Model forward time per batch");
+    response_send_latency_ = &LatencyHistogram(
+        "jagrank_response_send_seconds", "Time from handing a Rank reply to gRPC until gRPC reported it sent");
     assemble_latency_ = &LatencyHistogram("jagrank_batch_assemble_seconds", "Host batch assembly time per batch");
     h2d_latency_ = &LatencyHistogram("jagrank_h2d_seconds", "Host-to-device copy time per batch (0 on CPU)");
     d2h_latency_ = &LatencyHistogram("jagrank_d2h_seconds", "Device-to-host copy time per batch (0 on CPU)");
@@ -240,6 +242,8 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
   }
 
   void OnQueueLatency(double seconds) override { queue_latency_->Observe(seconds); }
+
+  void OnResponseSent(double seconds) override { response_send_latency_->Observe(seconds); }
 
   void OnBatch(const BatchStats& stats) override {
     batches_->Increment();
@@ -309,6 +313,7 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
   Histogram* request_latency_ = nullptr;
   Histogram* queue_latency_ = nullptr;
   Histogram* compute_latency_ = nullptr;
+  Histogram* response_send_latency_ = nullptr;
   Histogram* assemble_latency_ = nullptr;
   Histogram* h2d_latency_ = nullptr;
   Histogram* d2h_latency_ = nullptr;

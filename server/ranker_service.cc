@@ -63,6 +63,7 @@ class RankerService::RankCall {
   v1::RankResponse response;
   grpc::ServerAsyncResponseWriter<v1::RankResponse> responder{&context};
   Clock::time_point arrival;
+  Clock::time_point reply_started;  // when Finish or FinishWithError was called
   Tag requested_tag{this, Event::kRequested};
   Tag finished_tag{this, Event::kFinished};
   Tag done_tag{this, Event::kDone};
@@ -141,6 +142,7 @@ void RankerService::Poll(Queue* queue) {
         Handle(call);
         break;
       case RankCall::Event::kFinished:
+        metrics_->OnResponseSent(SecondsSince(call->reply_started));
         call->OnFinished();
         break;
       case RankCall::Event::kDone:
@@ -164,6 +166,7 @@ void RankerService::Handle(RankCall* call) {
   auto reject = [&](const Status& status, const char* reason) {
     metrics_->OnRejected(reason);
     metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
+    call->reply_started = Clock::now();
     call->responder.FinishWithError(ToGrpcStatus(status, request.request_id()), &call->finished_tag);
   };
   const int state = state_.load(std::memory_order_acquire);
@@ -194,6 +197,7 @@ void RankerService::Handle(RankCall* call) {
     }
     metrics_->OnRequestDone(StatusCodeName(status.code()), status.ok() ? count : 0, SecondsSince(arrival));
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
+    call->reply_started = Clock::now();
     call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
   };
 

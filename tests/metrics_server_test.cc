@@ -321,12 +321,16 @@ TEST_F(ServerFixture, MetricsCountExactlyTheTrafficSent) {
   const std::vector<Sample> before = Scrape();
   const Sent sent = SendTraffic(/*n=*/120, /*invalid=*/6, /*threads=*/4, /*seed=*/1);
   ASSERT_EQ(sent.ok, 120);
-  // In-flight and queue depth return to zero once every reply is out.
+  // In-flight and queue depth return to zero once every reply is out, and
+  // gRPC reports each reply sent (the last may come a moment after the
+  // client has it).
   std::vector<Sample> after;
+  const double sends_before = Value(before, "jagrank_response_send_seconds_count");
   EXPECT_TRUE(WaitFor(
       [&] {
         after = Scrape();
-        return Value(after, "jagrank_inflight_requests") == 0 && Value(after, "jagrank_queue_depth") == 0;
+        return Value(after, "jagrank_inflight_requests") == 0 && Value(after, "jagrank_queue_depth") == 0 &&
+               Value(after, "jagrank_response_send_seconds_count") - sends_before >= sent.ok + sent.invalid;
       },
       std::chrono::seconds(5)))
       << "inflight " << Value(after, "jagrank_inflight_requests") << " queue " << Value(after, "jagrank_queue_depth");
@@ -341,6 +345,8 @@ TEST_F(ServerFixture, MetricsCountExactlyTheTrafficSent) {
   EXPECT_EQ(delta("jagrank_rejections_total", {{"reason", "invalid_argument"}}), sent.invalid);
   EXPECT_EQ(delta("jagrank_request_latency_seconds_count"), sent.ok + sent.invalid);
   EXPECT_EQ(delta("jagrank_queue_latency_seconds_count"), sent.ok);
+  EXPECT_EQ(delta("jagrank_response_send_seconds_count"), sent.ok + sent.invalid);
+  EXPECT_GT(delta("jagrank_response_send_seconds_sum"), 0);
 
   // Every OK request sat in exactly one batch; invalid ones in none.
   EXPECT_EQ(delta("jagrank_batch_requests_sum"), sent.ok);
@@ -356,7 +362,8 @@ TEST_F(ServerFixture, MetricsCountExactlyTheTrafficSent) {
   }
   for (const char* h : {"jagrank_batch_requests", "jagrank_batch_candidates", "jagrank_batch_history_tokens",
                         "jagrank_batch_padded_history_tokens", "jagrank_request_latency_seconds",
-                        "jagrank_queue_latency_seconds", "jagrank_compute_latency_seconds"}) {
+                        "jagrank_queue_latency_seconds", "jagrank_compute_latency_seconds",
+                        "jagrank_response_send_seconds"}) {
     ExpectConsistentHistogram(after, h);
   }
   // Memory: the weights and the process are real; a CPU server has no device.

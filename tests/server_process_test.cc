@@ -411,6 +411,10 @@ TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) 
   EXPECT_EQ(r["server"]["model"], "test-small");
   EXPECT_GE(r["latency_ms"]["p99"].get<double>(), r["latency_ms"]["p50"].get<double>());
   EXPECT_GT(r["latency_ms"]["p50"].get<double>(), 0) << r.dump();
+  // The client-side split: both parts non-negative and within the call.
+  EXPECT_GE(r["latency_split_ms"]["send_wait"]["p50"].get<double>(), 0) << r.dump();
+  EXPECT_GT(r["latency_split_ms"]["turnaround"]["p50"].get<double>(), 0) << r.dump();
+  EXPECT_LE(r["latency_split_ms"]["turnaround"]["p50"].get<double>(), r["latency_ms"]["max"].get<double>()) << r.dump();
 
   // Open loop: the loops' timers pace a Poisson stream of 200 calls/s.
   ASSERT_EQ(RunCommand(load + " --rate 200 --duration-s 2 --warmup-s 0.2 --candidates-min 5 --candidates-max 20"

@@ -172,6 +172,7 @@ class CountingMetrics final : public ServerMetrics {
     rejected_[reason]++;
   }
   void OnQueueLatency(double) override {}
+  void OnResponseSent(double) override {}
   void OnBatch(const BatchStats& stats) override {
     std::lock_guard<std::mutex> lock(mu_);
     batches_++;

@@ -108,6 +108,8 @@ struct H2GrpcConnection::Stream {
   int grpc_status = -1;  // -1: no grpc-status header yet
   std::string grpc_message;
   std::string response;  // DATA bytes, when keep_response
+  std::chrono::steady_clock::time_point request_sent;      // the body's last byte framed
+  std::chrono::steady_clock::time_point response_started;  // the first response header
   Stream* prev = nullptr;
   Stream* next = nullptr;
 };
@@ -125,6 +127,7 @@ struct H2Callbacks {
     const std::string_view key(reinterpret_cast<const char*>(name), namelen);
     const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
     if (key == ":status") {
+      stream->response_started = std::chrono::steady_clock::now();
       stream->http_status = ParseCode(v);
     } else if (key == "grpc-status") {
       stream->grpc_status = ParseCode(v);
@@ -156,6 +159,8 @@ struct H2Callbacks {
     H2GrpcConnection::Stream* stream = StreamOf(session, stream_id);
     if (stream == nullptr) return 0;
     H2CallResult result;
+    result.request_sent = stream->request_sent;
+    result.response_started = stream->response_started;
     if (stream->grpc_status >= 0) {
       result.code = stream->grpc_status;
       result.message = stream->grpc_message;
@@ -189,7 +194,10 @@ struct H2Callbacks {
     const size_t n = std::min(length, stream->body.size() - stream->sent);
     std::memcpy(buf, stream->body.data() + stream->sent, n);
     stream->sent += n;
-    if (stream->sent == stream->body.size()) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (stream->sent == stream->body.size()) {
+      *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+      stream->request_sent = std::chrono::steady_clock::now();
+    }
     return static_cast<ssize_t>(n);
   }
 };

@@ -15,6 +15,7 @@
 #ifndef JAGRANK_TOOLS_H2_GRPC_CONNECTION_H_
 #define JAGRANK_TOOLS_H2_GRPC_CONNECTION_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,11 @@ struct H2CallResult {
   int code = 0;
   std::string message;      // grpc-message (percent-encoded as sent) or the client's reason
   std::string_view response;  // the response message without its 5-byte prefix; valid in the callback only
+  // When nghttp2 took the request's last byte into a frame (it goes to the
+  // socket in the same Flush unless the socket is full), and when the
+  // response's first header arrived; epoch (zero) if that did not happen.
+  std::chrono::steady_clock::time_point request_sent;
+  std::chrono::steady_clock::time_point response_started;
 };
 
 class H2GrpcConnection {

@@ -437,6 +437,13 @@ class LoadGen {
                    : grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
     }
     Record(call->start, call->measured, call->candidates, status);
+    if (call->measured && status.ok() && result.request_sent.time_since_epoch().count() != 0 &&
+        result.response_started >= result.request_sent) {
+      std::lock_guard<std::mutex> lock(mu_);
+      send_wait_ms_.push_back(std::chrono::duration<double, std::milli>(result.request_sent - call->start).count());
+      turnaround_ms_.push_back(
+          std::chrono::duration<double, std::milli>(result.response_started - result.request_sent).count());
+    }
     --h2_loops_[t].outstanding;
     if (options_.rate <= 0 && !stopping_.load() && !h2_quit_.load()) {
       outstanding_.fetch_sub(1);
@@ -615,6 +622,17 @@ class LoadGen {
       j["pacer_max_lag_ms"] = pacer_max_lag_ms_;
     }
     j["responses_checked_every"] = kResponseCheckEvery;
+    if (h2_) {
+      // Where a call's time went, as the client sees it: waiting to be sent
+      // (the client's loop, HTTP/2 flow control, the open loop's pacer lag)
+      // and from the request's last byte to the response's first header
+      // (the server, gRPC's transport on both sides, the kernel).
+      auto split = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return nlohmann::json{{"p50", Percentile(v, 0.50)}, {"p99", Percentile(v, 0.99)}};
+      };
+      j["latency_split_ms"] = {{"send_wait", split(send_wait_ms_)}, {"turnaround", split(turnaround_ms_)}};
+    }
     if (!first_error_.empty()) j["first_error"] = first_error_;
     j["workload"] = {{"history_median", options_.history_median},
                      {"history_sigma", options_.history_sigma},
@@ -665,6 +683,10 @@ class LoadGen {
   std::mutex mu_;
   std::condition_variable idle_;
   std::vector<double> latencies_ms_;      // guarded by mu_
+  // nghttp2 engine, OK calls in the window: start -> request framed, and
+  // request framed -> first response header. Guarded by mu_.
+  std::vector<double> send_wait_ms_;
+  std::vector<double> turnaround_ms_;
   int64_t candidates_ok_ = 0;             // guarded by mu_
   std::map<std::string, int64_t> errors_; // guarded by mu_
   std::string first_error_;               // guarded by mu_
