@@ -61,7 +61,8 @@ DEVICE=${DEVICE:-cuda}   # DEVICE=cpu for a dry run of the script anywhere
 SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidates 65536 --max-batch-requests 512
               --max-batch-history-tokens 1048576 --max-batch-attention-cost 1073741824 --max-queue-requests 8192)
 # LOADGEN_CHANNELS HTTP/2 connections, LOADGEN_CLIENT_THREADS completion-queue
-# threads. 32 x 8: at c1024 on the H200 host 8 x 4 gave 97k QPS and 32 x 8
+# threads (event loops with LOADGEN_EXTRA_FLAGS="--engine nghttp2", the
+# client that takes less of the shared host's CPU). 32 x 8: at c1024 on the H200 host 8 x 4 gave 97k QPS and 32 x 8
 # 121k in one call (session 4, call 8): gRPC handles each connection's
 # transport work on one thread at a time, so few connections serialise.
 LOADGEN_FLAGS=(--channels "${LOADGEN_CHANNELS:-32}" --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024
