@@ -383,7 +383,7 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
     batches = d("jagrank_batch_requests_count")
     split = {k: d(f"jagrank_{k}_sum") / max(1.0, d(f"jagrank_{k}_count")) * 1e3 for k in
              ["queue_latency_seconds", "compute_latency_seconds", "h2d_seconds", "d2h_seconds",
-              "batch_assemble_seconds"]}
+              "batch_assemble_seconds", "request_latency_seconds", "response_send_seconds"]}
     r["server_ms_per_request_or_batch"] = split
     r["mean_batch_requests"] = d("jagrank_batch_requests_sum") / batches if batches else None
     r["compute_busy_fraction"] = d("jagrank_compute_latency_seconds_sum") / (r["duration_s"] + r["warmup_s"])
@@ -437,6 +437,7 @@ for (workload, attention), rs in sorted(rows.items()):
             "server_threads_by_name": best.get("server_threads_by_name"),
             "server_busiest_thread": best.get("server_busiest_thread"),
             "loadgen_cpu_cores": best.get("client_cpu_cores"),
+            "client_latency_split_ms": best.get("latency_split_ms"),
             "host_cpu_busy_cores": best.get("host_cpu_busy_cores")},
         "peak_device_memory_bytes": max((r["device_memory_peak_bytes"] or 0) for r in rs),
         "max_qps_any_latency": max(r["qps"] for r in rs),
@@ -500,6 +501,18 @@ for workload, per in summary.items():
             lines.append(f"\njagged vs {other} QPS at p99<=20ms: {jq / oq:.2f}x")
     if j.get("peak_device_memory_bytes") and per.get("padded_dense", {}).get("peak_device_memory_bytes"):
         lines.append(f"jagged vs padded_dense peak memory: {j['peak_device_memory_bytes'] / per['padded_dense']['peak_device_memory_bytes']:.2f}x")
+    # Where a call's time goes at the best point: the client's split (the
+    # loadgen's nghttp2 engine only), the server's own time (receipt to
+    # reply; queue is part of it) and gRPC's response path after it.
+    lines += ["", "| attention | client p50 ms | client send wait p50 | client turnaround p50 | server receipt-to-reply mean | of it queue | gRPC reply-to-sent mean |",
+              "|---|---|---|---|---|---|---|"]
+    for attention, s in per.items():
+        b = s["best_under_p99_20ms"] or {}
+        split, client = b.get("time_split_ms", {}), b.get("client_latency_split_ms") or {}
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"
+        lines.append(f"| {attention} | {fmt(b.get('p50_ms'))} | {fmt((client.get('send_wait') or {}).get('p50'))} | "
+                     f"{fmt((client.get('turnaround') or {}).get('p50'))} | {fmt(split.get('request_latency_seconds'))} | "
+                     f"{fmt(split.get('queue_latency_seconds'))} | {fmt(split.get('response_send_seconds'))} |")
     lines.append("")
 if in_process:
     lines += ["## In process (jagrank-bench-model: forward passes only, no gRPC)", "",
