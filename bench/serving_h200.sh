@@ -23,7 +23,8 @@
 # policies: WORKLOADS (default "h1024 h4096"), OPEN_FRACTIONS (of the
 # closed-loop peak, default "0.5 0.8 0.95"; "" runs none), TRANSPORT (tcp or
 # uds, below), SERVER_EXTRA_FLAGS and LOADGEN_EXTRA_FLAGS (appended to
-# every server's and loadgen's flags), H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# every server's and loadgen's flags), LOADGEN_ENGINE and LOADGEN_CHANNELS
+# (below), H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICIES. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
@@ -60,12 +61,21 @@ STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu for a dry run of the script anywhere
 SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidates 65536 --max-batch-requests 512
               --max-batch-history-tokens 1048576 --max-batch-attention-cost 1073741824 --max-queue-requests 8192)
-# LOADGEN_CHANNELS HTTP/2 connections, LOADGEN_CLIENT_THREADS completion-queue
-# threads (event loops with LOADGEN_EXTRA_FLAGS="--engine nghttp2", the
-# client that takes less of the shared host's CPU). 32 x 8: at c1024 on the H200 host 8 x 4 gave 97k QPS and 32 x 8
-# 121k in one call (session 4, call 8): gRPC handles each connection's
-# transport work on one thread at a time, so few connections serialise.
-LOADGEN_FLAGS=(--channels "${LOADGEN_CHANNELS:-32}" --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024
+# LOADGEN_ENGINE (default nghttp2): the load generator's client. nghttp2
+# speaks gRPC's wire format over libnghttp2 and took ~1 core where gRPC
+# C++'s client (grpc) took 4.6 at ~160k calls/s on the H200 host, cores
+# the server shares (session 10, call 1). LOADGEN_CHANNELS HTTP/2
+# connections (default 8 for nghttp2, 32 for grpc), LOADGEN_CLIENT_THREADS
+# event loops or completion-queue threads (default 8). nghttp2 on 8
+# connections gave the most QPS for the least CPU (session 10, call 2: 175k
+# against 165-170k on 32 and 118k on 128; 8 x 128 streams cap the server at
+# 1,024 calls in flight, the rest wait in the client). gRPC's client wants
+# more: 8 x 4 gave 97k and 32 x 8 121k at c1024 (session 4, call 8).
+LOADGEN_ENGINE=${LOADGEN_ENGINE:-nghttp2}
+default_channels=8
+[[ $LOADGEN_ENGINE == grpc ]] && default_channels=32
+LOADGEN_FLAGS=(--engine "$LOADGEN_ENGINE" --channels "${LOADGEN_CHANNELS:-$default_channels}"
+               --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024
                --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" ${LOADGEN_EXTRA_FLAGS:-})
 # SERVER_CPUS, LOADGEN_CPUS: CPU lists for taskset (e.g. 0-15 and 16-31 on a
 # 32-core host: the loadgen on cores of its own, as on a second machine).
