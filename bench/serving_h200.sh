@@ -62,19 +62,18 @@ DEVICE=${DEVICE:-cuda}   # DEVICE=cpu for a dry run of the script anywhere
 SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidates 65536 --max-batch-requests 512
               --max-batch-history-tokens 1048576 --max-batch-attention-cost 1073741824 --max-queue-requests 8192)
 # LOADGEN_ENGINE (default nghttp2): the load generator's client. nghttp2
-# speaks gRPC's wire format over libnghttp2 and took ~1 core where gRPC
+# speaks gRPC's wire format over libnghttp2 and took ~1-2 cores where gRPC
 # C++'s client (grpc) took 4.6 at ~160k calls/s on the H200 host, cores
 # the server shares (session 10, call 1). LOADGEN_CHANNELS HTTP/2
-# connections (default 8 for nghttp2, 32 for grpc), LOADGEN_CLIENT_THREADS
-# event loops or completion-queue threads (default 8). nghttp2 on 8
-# connections gave the most QPS for the least CPU (session 10, call 2: 175k
-# against 165-170k on 32 and 118k on 128; 8 x 128 streams cap the server at
-# 1,024 calls in flight, the rest wait in the client). gRPC's client wants
-# more: 8 x 4 gave 97k and 32 x 8 121k at c1024 (session 4, call 8).
+# connections (default 32), LOADGEN_CLIENT_THREADS event loops or
+# completion-queue threads (default 8). Closed loop, nghttp2 on 8
+# connections gave a little more QPS for less CPU (session 10 call 2: 175k
+# against 163-170k on 32, 118k on 128; run N used 8), but 8 x 128 streams
+# cap the server at 1,024 calls in flight, and the open loop's bursts then
+# queue in the client. gRPC's client needs many: 8 x 4 gave 97k and 32 x 8
+# 121k at c1024 (session 4, call 8).
 LOADGEN_ENGINE=${LOADGEN_ENGINE:-nghttp2}
-default_channels=8
-[[ $LOADGEN_ENGINE == grpc ]] && default_channels=32
-LOADGEN_FLAGS=(--engine "$LOADGEN_ENGINE" --channels "${LOADGEN_CHANNELS:-$default_channels}"
+LOADGEN_FLAGS=(--engine "$LOADGEN_ENGINE" --channels "${LOADGEN_CHANNELS:-32}"
                --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024
                --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" ${LOADGEN_EXTRA_FLAGS:-})
 # SERVER_CPUS, LOADGEN_CPUS: CPU lists for taskset (e.g. 0-15 and 16-31 on a
