@@ -72,7 +72,7 @@ TEST(BenchModelTest, BadFlagsAndStrategiesAreRejectedByName) {
 
 // One short round at 200 calls/s: every measured call answered, and the
 // per-call figures consistent (threads sum to the total, the tiny model's
-// compute thread and gRPC's threads all took part).
+// compute thread and the rank completion queues' threads took part).
 TEST(HostCpuPerCallTest, ScriptMeasuresAServerRunByTheLoadgen) {
   const std::string out_dir = TempPath("host_cpu");
   const int port = FreePort();
@@ -97,7 +97,10 @@ TEST(HostCpuPerCallTest, ScriptMeasuresAServerRunByTheLoadgen) {
   for (const auto& [thread, us] : r["server_us_per_call_by_thread"].items()) sum += us.get<double>();
   EXPECT_NEAR(sum, r["server_us_per_call"].get<double>(), 0.05) << r.dump();
   EXPECT_GT(r["server_us_per_call_by_thread"].value("jr-compute", 0.0), 0) << r.dump();
-  EXPECT_GT(r["server_us_per_call_by_thread"].value("jr-rank-cq", 0.0), 0) << r.dump();
+  // The rank queues' share is ~10 ms over this run, one clock tick of
+  // /proc's CPU accounting, so it can read 0 (a fresh clone's make test
+  // once did); their context switches are counted exactly.
+  EXPECT_GT(r["server_context_switches_per_call_by_thread"].value("jr-rank-cq", 0.0), 0) << r.dump();
   EXPECT_GT(r["server_context_switches_per_call"].get<double>(), 0) << r.dump();
   EXPECT_GT(r["loadgen_us_per_call"].get<double>(), 0) << r.dump();
   std::string ignored;
