@@ -349,8 +349,10 @@ class LoadGen {
   }
 
   // Counts one finished call (either engine), and in the window its latency
-  // from `start` or its error.
-  void Record(SteadyClock::time_point start, bool measured, int candidates, const grpc::Status& status) {
+  // from `start` or its error; `split` (nghttp2 engine), where given and the
+  // call is OK, adds its send wait and turnaround.
+  void Record(SteadyClock::time_point start, bool measured, int candidates, const grpc::Status& status,
+              const H2CallResult* split = nullptr) {
     const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
     completed_.fetch_add(1);
     if (status.ok()) {
@@ -363,10 +365,49 @@ class LoadGen {
     if (status.ok()) {
       latencies_ms_.push_back(ms);
       candidates_ok_ += candidates;
+      if (split != nullptr && split->request_sent.time_since_epoch().count() != 0 &&
+          split->response_started >= split->request_sent) {
+        send_wait_ms_.push_back(std::chrono::duration<double, std::milli>(split->request_sent - start).count());
+        turnaround_ms_.push_back(
+            std::chrono::duration<double, std::milli>(split->response_started - split->request_sent).count());
+      }
     } else {
       errors_[CodeName(status.error_code())]++;
       if (first_error_.empty()) first_error_ = status.error_message();
     }
+  }
+
+  // One pacer's schedule keeping, over the calls scheduled in the window.
+  struct PacerStats {
+    int64_t scheduled = 0;
+    int64_t late = 0;  // sent > 1 ms behind schedule
+    double max_lag_ms = 0;
+  };
+
+  // A pacer's call scheduled at `scheduled_at` is due at `now`: notes its lag
+  // (in the window) and says whether it may go out; beyond
+  // --max-outstanding it is counted as CLIENT_OVERLOAD instead.
+  bool AdmitScheduled(SteadyClock::time_point scheduled_at, SteadyClock::time_point now, PacerStats* stats) {
+    const bool measured = scheduled_at >= measure_at_ && scheduled_at < end_at_;
+    if (measured) {
+      const double lag_ms = std::chrono::duration<double, std::milli>(now - scheduled_at).count();
+      ++stats->scheduled;
+      if (lag_ms > 1.0) ++stats->late;
+      stats->max_lag_ms = std::max(stats->max_lag_ms, lag_ms);
+    }
+    if (outstanding_.load() < options_.max_outstanding) return true;
+    if (measured) {
+      std::lock_guard<std::mutex> lock(mu_);
+      errors_["CLIENT_OVERLOAD"]++;
+    }
+    return false;
+  }
+
+  void AddPacerStats(const PacerStats& stats) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pacer_scheduled_ += stats.scheduled;
+    pacer_late_ += stats.late;
+    pacer_max_lag_ms_ = std::max(pacer_max_lag_ms_, stats.max_lag_ms);
   }
 
   // One call fewer outstanding; wakes Run's final wait at the last.
@@ -437,14 +478,7 @@ class LoadGen {
                    ? CheckScores(response, call->candidates)
                    : grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
     }
-    Record(call->start, call->measured, call->candidates, status);
-    if (call->measured && status.ok() && result.request_sent.time_since_epoch().count() != 0 &&
-        result.response_started >= result.request_sent) {
-      std::lock_guard<std::mutex> lock(mu_);
-      send_wait_ms_.push_back(std::chrono::duration<double, std::milli>(result.request_sent - call->start).count());
-      turnaround_ms_.push_back(
-          std::chrono::duration<double, std::milli>(result.response_started - result.request_sent).count());
-    }
+    Record(call->start, call->measured, call->candidates, status, &result);
     --h2_loops_[t].outstanding;
     if (options_.rate <= 0 && !stopping_.load() && !h2_quit_.load()) {
       outstanding_.fetch_sub(1);
@@ -465,8 +499,7 @@ class LoadGen {
     std::exponential_distribution<double> gap(open_loop ? options_.rate / options_.client_threads : 1.0);
     auto next = SteadyClock::now();
     bool pacing = open_loop;
-    int64_t scheduled = 0, late = 0;
-    double max_lag_ms = 0;
+    PacerStats pacer;
     auto arm_timer = [&] {
       next += Seconds(gap(rng));
       if (next >= end_at_) {
@@ -498,21 +531,7 @@ class LoadGen {
           if (read(loop.timer_fd, &expirations, sizeof(expirations)) < 0) continue;  // spurious
           const auto now = SteadyClock::now();
           while (pacing && next <= now) {
-            const bool measured = next >= measure_at_ && next < end_at_;
-            if (measured) {
-              const double lag_ms = std::chrono::duration<double, std::milli>(now - next).count();
-              ++scheduled;
-              if (lag_ms > 1.0) ++late;
-              max_lag_ms = std::max(max_lag_ms, lag_ms);
-            }
-            if (outstanding_.load() >= options_.max_outstanding) {
-              if (measured) {
-                std::lock_guard<std::mutex> lock(mu_);
-                errors_["CLIENT_OVERLOAD"]++;
-              }
-            } else {
-              IssueH2(t, next);
-            }
+            if (AdmitScheduled(next, now, &pacer)) IssueH2(t, next);
             arm_timer();
           }
           continue;
@@ -523,10 +542,7 @@ class LoadGen {
       }
     }
     loop.connections.clear();  // ends the calls still out (UNAVAILABLE) on this thread
-    std::lock_guard<std::mutex> lock(mu_);
-    pacer_scheduled_ += scheduled;
-    pacer_late_ += late;
-    pacer_max_lag_ms_ = std::max(pacer_max_lag_ms_, max_lag_ms);
+    AddPacerStats(pacer);
   }
 
   // Writes what each open connection of `loop` has queued, and asks epoll
@@ -551,33 +567,15 @@ class LoadGen {
   void OpenLoop(int thread, SteadyClock::time_point end_at) {
     std::mt19937_64 rng(options_.seed + 1 + thread);
     std::exponential_distribution<double> gap(options_.rate / options_.client_threads);
-    int64_t scheduled = 0, late = 0;
-    double max_lag_ms = 0;
+    PacerStats pacer;
     auto next = SteadyClock::now();
     while (!stopping_.load()) {
       next += Seconds(gap(rng));
       if (next >= end_at) break;
       std::this_thread::sleep_until(next);
-      const bool measured = next >= measure_at_ && next < end_at_;
-      if (measured) {
-        const double lag_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - next).count();
-        ++scheduled;
-        if (lag_ms > 1.0) ++late;
-        max_lag_ms = std::max(max_lag_ms, lag_ms);
-      }
-      if (outstanding_.load() >= options_.max_outstanding) {
-        if (measured) {
-          std::lock_guard<std::mutex> lock(mu_);
-          errors_["CLIENT_OVERLOAD"]++;
-        }
-        continue;
-      }
-      Issue(thread, next);
+      if (AdmitScheduled(next, SteadyClock::now(), &pacer)) Issue(thread, next);
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    pacer_scheduled_ += scheduled;
-    pacer_late_ += late;
-    pacer_max_lag_ms_ = std::max(pacer_max_lag_ms_, max_lag_ms);
+    AddPacerStats(pacer);
   }
 
   static std::string CodeName(grpc::StatusCode code) {
