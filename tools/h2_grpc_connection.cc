@@ -292,7 +292,6 @@ bool H2GrpcConnection::StartCall(const char* method, std::string_view framed, in
   stream->next = streams_;
   if (streams_ != nullptr) streams_->prev = stream;
   streams_ = stream;
-  ++open_calls_;
   return true;
 }
 
@@ -300,7 +299,6 @@ void H2GrpcConnection::Finish(Stream* stream, const H2CallResult& result) {
   if (stream->prev != nullptr) stream->prev->next = stream->next;
   if (stream->next != nullptr) stream->next->prev = stream->prev;
   if (streams_ == stream) streams_ = stream->next;
-  --open_calls_;
   void* tag = stream->tag;
   // The callback may start the next call (on this connection too); the
   // stream is unlinked first and freed after, as `result` may point into it.

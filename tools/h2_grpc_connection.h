@@ -83,7 +83,6 @@ class H2GrpcConnection {
   bool WantsWrite() const { return write_offset_ < out_.size(); }
 
   bool closed() const { return closed_; }
-  int open_calls() const { return open_calls_; }
 
  private:
   struct Stream;
@@ -102,7 +101,6 @@ class H2GrpcConnection {
   std::string out_;          // bytes nghttp2 produced that the socket has not taken yet
   size_t write_offset_ = 0;  // of out_, already written
   bool closed_ = false;
-  int open_calls_ = 0;
   Stream* streams_ = nullptr;   // the open calls, a doubly-linked list
   std::string timeout_value_;   // grpc-timeout of the last call, e.g. "5000m"
   int64_t timeout_ms_ = -1;     // ... and the timeout it was made from
