@@ -24,7 +24,7 @@
 # closed-loop peak, default "0.5 0.8 0.95"; "" runs none), TRANSPORT (tcp or
 # uds, below), SERVER_EXTRA_FLAGS and LOADGEN_EXTRA_FLAGS (appended to
 # every server's and loadgen's flags), LOADGEN_ENGINE and LOADGEN_CHANNELS
-# (below), H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# (below), FRONTEND (grpc or h2, below), H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICIES. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
@@ -47,9 +47,17 @@ GRPC_PORT=18500
 # TRANSPORT=uds: over a Unix domain socket (gRPC's unix: address), as a
 # client on the same host (a sidecar) would; no TCP/IP stack per message.
 case ${TRANSPORT:-tcp} in
-  tcp) GRPC_TARGET=127.0.0.1:$GRPC_PORT ;;
-  uds) GRPC_TARGET=unix:/tmp/jagrank-serving-h200-$$.sock ;;
+  tcp) GRPC_TARGET=127.0.0.1:$GRPC_PORT H2_TARGET=127.0.0.1:$((GRPC_PORT + 1)) ;;
+  uds) GRPC_TARGET=unix:/tmp/jagrank-serving-h200-$$.sock H2_TARGET=unix:/tmp/jagrank-serving-h200-$$-h2.sock ;;
   *) echo "TRANSPORT must be tcp or uds, not '$TRANSPORT'" >&2; exit 2 ;;
+esac
+# FRONTEND=grpc (default): the loadgen calls the server's main port (gRPC
+# C++). FRONTEND=h2: the server also listens on --h2-address (gRPC's wire
+# protocol over nghttp2, server/h2_frontend.h) and the loadgen calls that.
+case ${FRONTEND:-grpc} in
+  grpc) LOAD_TARGET=$GRPC_TARGET FRONTEND_FLAGS=() ;;
+  h2) LOAD_TARGET=$H2_TARGET FRONTEND_FLAGS=(--h2-address "$H2_TARGET") ;;
+  *) echo "FRONTEND must be grpc or h2, not '$FRONTEND'" >&2; exit 2 ;;
 esac
 METRICS_PORT=19100
 STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
@@ -117,7 +125,8 @@ start_server() {  # start_server NAME ATTENTION [extra flags...]
   local name=$1 attention=$2
   shift 2
   "${SERVER_RUN[@]}" "$BIN/jagrank-server" --grpc-address $GRPC_TARGET --metrics-address 127.0.0.1:$METRICS_PORT \
-    --attention "$attention" "${SERVER_FLAGS[@]}" ${SERVER_EXTRA_FLAGS:-} "$@" >"$OUT/$name.server.log" 2>&1 &
+    --attention "$attention" "${SERVER_FLAGS[@]}" "${FRONTEND_FLAGS[@]}" ${SERVER_EXTRA_FLAGS:-} "$@" \
+    >"$OUT/$name.server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 600); do
     if "$BIN/jagrank-client" --address $GRPC_TARGET --health --timeout-ms 500 >/dev/null 2>&1; then
@@ -177,7 +186,7 @@ run_point() {  # run_point LABEL workload-flags... -- load-flags...
   host_cpu "$OUT/$label.host-before"
   local t0
   t0=$(date +%s.%N)
-  "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $GRPC_TARGET --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
+  "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $LOAD_TARGET --label "$label" "${LOADGEN_FLAGS[@]}" "$@" \
     --json-out "$OUT/$label.json" 2>/dev/null | tail -n +2
   thread_cpu "$SERVER_PID" "$OUT/$label.cpu-after"
   host_cpu "$OUT/$label.host-after"
@@ -291,7 +300,7 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     # Is one loadgen process the bound? Two at half the concurrency each, side by side.
     local_pids=()
     for p in $([[ ${DIAG_TWO_PROC:-1} == 1 ]] && echo a b); do
-      "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $GRPC_TARGET --label "diag_h1024_jagged_2proc_c$((diag_c / 2))_$p" \
+      "${LOADGEN_RUN[@]}" "$BIN/jagrank-loadgen" --address $LOAD_TARGET --label "diag_h1024_jagged_2proc_c$((diag_c / 2))_$p" \
         "${LOADGEN_FLAGS[@]}" --seed "$([[ $p == a ]] && echo 1 || echo 2)" "${H1024_LOAD[@]}" --concurrency $((diag_c / 2)) \
         --json-out "$OUT/diag_h1024_jagged_2proc_c$((diag_c / 2))_$p.json" >/dev/null 2>&1 &
       local_pids+=($!)

@@ -160,45 +160,33 @@ void RankerService::SetReady(const Model* model, Batcher* batcher) {
 
 void RankerService::SetDraining() { state_.store(kDraining, std::memory_order_release); }
 
-void RankerService::Handle(RankCall* call) {
-  const Clock::time_point arrival = Clock::now();
-  const v1::RankRequest& request = call->request;
+Status RankerService::Admit(const v1::RankRequest* request, Clock::time_point arrival, Clock::time_point deadline,
+                            std::function<bool()> is_cancelled, RankDone done) {
   auto reject = [&](const Status& status, const char* reason) {
     metrics_->OnRejected(reason);
     metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
-    call->reply_started = Clock::now();
-    call->responder.FinishWithError(ToGrpcStatus(status, request.request_id()), &call->finished_tag);
+    return status;
   };
   const int state = state_.load(std::memory_order_acquire);
   if (state == kLoading) return reject(Status::Unavailable("model is still loading"), "not_ready");
   if (state == kDraining) return reject(Status::Unavailable("server is shutting down"), "shutting_down");
 
   const ModelConfig& model_config = model_->config();
-  Status valid = ValidateRankRequest(request, model_config, config_);
+  Status valid = ValidateRankRequest(*request, model_config, config_);
   if (!valid.ok()) return reject(valid, "invalid_argument");
 
   auto queued = std::make_unique<QueuedRequest>();
-  queued->request = &request;
-  queued->candidates = request.candidate_item_ids_size();
-  queued->history_tokens = KeptHistoryLength(request, model_config);
+  queued->request = request;
+  queued->candidates = request->candidate_item_ids_size();
+  queued->history_tokens = KeptHistoryLength(*request, model_config);
   queued->attention_cost = queued->history_tokens * queued->history_tokens;
   queued->arrival = arrival;
-  queued->deadline = SteadyDeadline(call->context);
-  // True only once the done notification has come back (the async API's
-  // IsCancelled), which is when a cancelled call can be told apart.
-  queued->is_cancelled = [call] { return call->context.IsCancelled(); };
-  // Runs on an executor thread; the call may be freed as soon as Finish is
-  // started, so nothing touches it after.
-  queued->finish = [this, call, arrival](const Status& status, const float* scores, int64_t count) {
-    if (status.ok()) {
-      call->response.set_request_id(call->request.request_id());
-      call->response.mutable_scores()->Add(scores, scores + count);
-      call->response.set_model_version(model_->version());
-    }
+  queued->deadline = deadline;
+  queued->is_cancelled = std::move(is_cancelled);
+  queued->finish = [this, arrival, done = std::move(done)](const Status& status, const float* scores, int64_t count) {
     metrics_->OnRequestDone(StatusCodeName(status.code()), status.ok() ? count : 0, SecondsSince(arrival));
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
-    call->reply_started = Clock::now();
-    call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
+    done(status, scores, count);
   };
 
   metrics_->SetInflight(inflight_.fetch_add(1) + 1);
@@ -208,16 +196,36 @@ void RankerService::Handle(RankCall* call) {
     const bool full = queued_status.code() == Status::Code::kResourceExhausted;
     return reject(queued_status, full ? "queue_full" : "shutting_down");
   }
+  return Status::Ok();
 }
 
-grpc::ServerUnaryReactor* RankerService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                      const v1::GetModelInfoRequest* /*request*/,
-                                                      v1::ModelInfo* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (state_.load(std::memory_order_acquire) == kLoading) {
-    reactor->Finish(ToGrpcStatus(Status::Unavailable("model is still loading"), ""));
-    return reactor;
+void RankerService::Handle(RankCall* call) {
+  // True only once the done notification has come back (the async API's
+  // IsCancelled), which is when a cancelled call can be told apart.
+  auto is_cancelled = [call] { return call->context.IsCancelled(); };
+  // Runs on an executor thread; the call may be freed as soon as Finish is
+  // started, so nothing touches it after.
+  auto done = [this, call](const Status& status, const float* scores, int64_t count) {
+    if (status.ok()) FillRankResponse(call->request, model_->version(), scores, count, &call->response);
+    call->reply_started = Clock::now();
+    call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
+  };
+  Status admitted = Admit(&call->request, Clock::now(), SteadyDeadline(call->context), std::move(is_cancelled),
+                          std::move(done));
+  if (!admitted.ok()) {
+    call->reply_started = Clock::now();
+    call->responder.FinishWithError(ToGrpcStatus(admitted, call->request.request_id()), &call->finished_tag);
   }
+}
+
+void FillRankResponse(const v1::RankRequest& request, const std::string& model_version, const float* scores,
+                      int64_t count, v1::RankResponse* response) {
+  response->set_request_id(request.request_id());
+  response->mutable_scores()->Add(scores, scores + count);
+  response->set_model_version(model_version);
+}
+
+void RankerService::FillModelInfo(v1::ModelInfo* response) const {
   const ModelConfig& c = model_->config();
   response->set_name(c.name);
   response->set_version(model_->version());
@@ -231,6 +239,17 @@ grpc::ServerUnaryReactor* RankerService::GetModelInfo(grpc::CallbackServerContex
   response->set_attention_heads(c.attention_heads);
   response->set_item_rows(c.item_rows);
   response->set_weights_bytes(model_->Memory().weights_bytes);
+}
+
+grpc::ServerUnaryReactor* RankerService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                      const v1::GetModelInfoRequest* /*request*/,
+                                                      v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (state_.load(std::memory_order_acquire) == kLoading) {
+    reactor->Finish(ToGrpcStatus(Status::Unavailable("model is still loading"), ""));
+    return reactor;
+  }
+  FillModelInfo(response);
   reactor->Finish(ToGrpcStatus(Status::Ok(), ""));
   return reactor;
 }

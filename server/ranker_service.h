@@ -15,8 +15,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,10 @@
 #include "server/server_config.h"
 
 namespace jagrank {
+
+// A Rank call's answer: the request's id, one score per candidate, the version.
+void FillRankResponse(const v1::RankRequest& request, const std::string& model_version, const float* scores,
+                      int64_t count, v1::RankResponse* response);
 
 class RankerService final
     : public v1::Ranker::WithAsyncMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
@@ -58,6 +64,28 @@ class RankerService final
 
   // Accepted calls not yet finished.
   int64_t inflight() const { return inflight_.load(); }
+  // SetReady ran and SetDraining did not: what health reports as SERVING.
+  bool serving() const { return state_.load(std::memory_order_acquire) == kServing; }
+  // SetReady ran (the model is there, draining or not).
+  bool loaded() const { return state_.load(std::memory_order_acquire) != kLoading; }
+  // The model's version, as Rank reports it. REQUIRES: loaded().
+  std::string model_version() const { return model_->version(); }
+
+  // How a front end learns that an admitted call is over: called exactly
+  // once, from an executor thread, with OK and `count` scores or with an
+  // error (scores == nullptr). The request stays valid until it returns.
+  using RankDone = std::function<void(const Status& status, const float* scores, int64_t count)>;
+  // Admission shared by every front end (Rank on gRPC's completion queues
+  // here, and server/h2_frontend.h): refuses while loading or draining,
+  // validates `*request` and queues it on the batcher. OK: the call is
+  // accepted and `done` will run. Otherwise the status to answer with (the
+  // rejection is already counted in the metrics) and `done` never runs.
+  // `request` must stay valid until `done` has run; `is_cancelled` may be
+  // empty. Thread-safe.
+  Status Admit(const v1::RankRequest* request, Clock::time_point arrival, Clock::time_point deadline,
+               std::function<bool()> is_cancelled, RankDone done);
+  // GetModelInfo's answer. REQUIRES: SetReady ran.
+  void FillModelInfo(v1::ModelInfo* info) const;
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
@@ -86,7 +114,7 @@ class RankerService final
   // Requests one new Rank call on `queue` unless it is shut down.
   void RequestCall(Queue* queue);
   void Poll(Queue* queue);
-  // A new call: validate, queue on the batcher, or answer at once.
+  // A new call on a completion queue: Admit, or answer at once.
   void Handle(RankCall* call);
 
   const ServerConfig& config_;

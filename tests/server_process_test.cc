@@ -474,6 +474,52 @@ TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) 
   EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
 }
 
+// --h2-address (server/h2_frontend.h), here on a unix socket: jagrank-client
+// (gRPC C++) and both loadgen engines get every call answered there; its
+// flags are validated by name; SIGTERM drains it and removes the socket.
+TEST_F(ServerProcessTest, H2AddressServesTheClientAndBothLoadgenEngines) {
+  std::string out;
+  EXPECT_EQ(RunServerToExit("--h2-threads 65", &out), 2);
+  EXPECT_NE(out.find("h2_threads = 65: must be in [0, 64]"), std::string::npos) << out;
+  EXPECT_EQ(RunServerToExit("--h2-address 127.0.0.1:1 --grpc-address 127.0.0.1:1", &out), 2);
+  EXPECT_NE(out.find("must differ from grpc_address"), std::string::npos) << out;
+
+  const std::string h2 = "unix:" + dir_ + "/h2.sock";
+  StartServer({"--h2-address", h2, "--h2-threads", "3", "--max-candidates-per-request", "40"});
+  const std::string log = ReadFile(dir_ + "/server.log");
+  EXPECT_NE(log.find("h2 front end on " + h2 + " (port 0), 3 event loops"), std::string::npos) << log;
+  EXPECT_NE(log.find("h2=" + h2 + " h2_threads=3"), std::string::npos) << log;
+
+  const std::string client = std::string(JAGRANK_CLIENT_BINARY) + " --address " + h2;
+  ASSERT_EQ(RunCommand(client + " --health 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
+  ASSERT_EQ(RunCommand(client + " --candidates 5,6,7 --history 1,2 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("candidates=3"), std::string::npos) << out;
+  std::string too_many = "1";
+  for (int i = 2; i <= 41; ++i) too_many += "," + std::to_string(i);
+  EXPECT_NE(RunCommand(client + " --candidates " + too_many + " 2>&1", &out), 0);
+  EXPECT_NE(out.find("max_candidates_per_request = 40"), std::string::npos) << out;
+
+  for (const char* engine : {"nghttp2", "grpc"}) {
+    const std::string json = dir_ + "/h2_" + engine + ".json";
+    ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + h2 + " --engine " + engine +
+                             " --channels 2 --client-threads 2 --concurrency 8 --duration-s 0.5 --warmup-s 0.1"
+                             " --candidates-min 5 --candidates-max 20 --history-median 8 --pool 64 --json-out " +
+                             json + " 2>&1",
+                         &out),
+              0)
+        << out;
+    const nlohmann::json r = nlohmann::json::parse(ReadFile(json));
+    EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << engine << " " << r.dump();
+    EXPECT_EQ(r["requests_error"].get<int64_t>(), 0) << engine << " " << r.dump();
+  }
+
+  stub_.reset();
+  channel_.reset();
+  StopServerExpectCleanExit();
+  EXPECT_NE(access((dir_ + "/h2.sock").c_str(), F_OK), 0) << "the h2 socket file was left behind";
+}
+
 TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {
   std::string out;
   EXPECT_EQ(RunServerToExit("--cuda-sync yield", &out), 2);

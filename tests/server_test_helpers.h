@@ -191,6 +191,10 @@ class CountingMetrics final : public ServerMetrics {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return inflight_ >= n; });
   }
+  int64_t inflight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inflight_;
+  }
   int max_batch_requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return max_batch_requests_;
