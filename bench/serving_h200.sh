@@ -24,7 +24,7 @@
 # closed-loop peak, default "0.5 0.8 0.95"; "" runs none), TRANSPORT (tcp or
 # uds, below), SERVER_EXTRA_FLAGS and LOADGEN_EXTRA_FLAGS (appended to
 # every server's and loadgen's flags), LOADGEN_ENGINE and LOADGEN_CHANNELS
-# (below), FRONTEND (grpc or h2, below), H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# (below), FRONTEND (h2 or grpc, below), H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICIES. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
@@ -51,10 +51,12 @@ case ${TRANSPORT:-tcp} in
   uds) GRPC_TARGET=unix:/tmp/jagrank-serving-h200-$$.sock H2_TARGET=unix:/tmp/jagrank-serving-h200-$$-h2.sock ;;
   *) echo "TRANSPORT must be tcp or uds, not '$TRANSPORT'" >&2; exit 2 ;;
 esac
-# FRONTEND=grpc (default): the loadgen calls the server's main port (gRPC
-# C++). FRONTEND=h2: the server also listens on --h2-address (gRPC's wire
-# protocol over nghttp2, server/h2_frontend.h) and the loadgen calls that.
-case ${FRONTEND:-grpc} in
+# FRONTEND=h2 (default): the server also listens on --h2-address (gRPC's
+# wire protocol over nghttp2, server/h2_frontend.h) and the loadgen calls
+# that. FRONTEND=grpc: the loadgen calls the server's main port (gRPC C++),
+# which bounded every strategy at ~150-200k calls/s on the H200 host
+# (session 11 call 1: jagged 154k there, 353-364k on h2).
+case ${FRONTEND:-h2} in
   grpc) LOAD_TARGET=$GRPC_TARGET FRONTEND_FLAGS=() ;;
   h2) LOAD_TARGET=$H2_TARGET FRONTEND_FLAGS=(--h2-address "$H2_TARGET") ;;
   *) echo "FRONTEND must be grpc or h2, not '$FRONTEND'" >&2; exit 2 ;;
