@@ -172,8 +172,9 @@ for workload, per in summary.items():
         lines.append(f"jagged vs padded_dense peak memory: {j['peak_device_memory_bytes'] / per['padded_dense']['peak_device_memory_bytes']:.2f}x")
     # Where a call's time goes at the best point: the client's split (the
     # loadgen's nghttp2 engine only), the server's own time (receipt to
-    # reply; queue is part of it) and gRPC's response path after it.
-    lines += ["", "| attention | client p50 ms | client send wait p50 | client turnaround p50 | server receipt-to-reply mean | of it queue | gRPC reply-to-sent mean |",
+    # reply; queue is part of it) and the front end's response path after it
+    # (gRPC's, or the h2 front end's: jagrank_response_send_seconds).
+    lines += ["", "| attention | client p50 ms | client send wait p50 | client turnaround p50 | server receipt-to-reply mean | of it queue | front end reply-to-sent mean |",
               "|---|---|---|---|---|---|---|"]
     for attention, s in per.items():
         b = s["best_under_p99_20ms"] or {}
