@@ -7,6 +7,15 @@ QPS-vs-p99 plots. serving_h200.sh runs it last; run it again by hand to
 re-summarise a directory after changing this file."""
 import glob, json, os, re, sys
 out = sys.argv[1]
+# The measured host's cores (its lscpu.txt, written by serving_h200.sh), not
+# this machine's: the summary may be re-run elsewhere.
+host_cores = os.cpu_count() or 1
+try:
+    for line in open(os.path.join(out, "lscpu.txt")):
+        if line.startswith("CPU(s):"):
+            host_cores = int(line.split()[1])
+except (OSError, ValueError, IndexError):
+    pass
 
 def metrics(path):
     vals = {}
@@ -73,7 +82,7 @@ for path in sorted(glob.glob(os.path.join(out, "*_*_*.json"))):
     try:  # whole host: busy cores over the run (server + loadgen + everything else)
         b0, t0 = map(float, open(os.path.join(out, label + ".host-before")).read().split())
         b1, t1 = map(float, open(os.path.join(out, label + ".host-after")).read().split())
-        ncpu = os.cpu_count() or 1
+        ncpu = host_cores
         r["host_cpu_busy_cores"] = round((b1 - b0) / max(1.0, t1 - t0) * ncpu, 3)
         r["host_cores"] = ncpu
     except (OSError, ValueError):
