@@ -490,6 +490,11 @@ TEST_F(ServerProcessTest, H2AddressServesTheClientAndBothLoadgenEngines) {
   EXPECT_NE(log.find("h2 front end on " + h2 + " (port 0), 3 event loops"), std::string::npos) << log;
   EXPECT_NE(log.find("h2=" + h2 + " h2_threads=3"), std::string::npos) << log;
 
+  // A port already taken (this server's gRPC port): a clear start-up error.
+  EXPECT_EQ(RunServerToExit("--h2-address 127.0.0.1:" + std::to_string(port_), &out), 1);
+  EXPECT_NE(out.find("cannot listen on h2_address '127.0.0.1:" + std::to_string(port_) + "'"), std::string::npos)
+      << out;
+
   const std::string client = std::string(JAGRANK_CLIENT_BINARY) + " --address " + h2;
   ASSERT_EQ(RunCommand(client + " --health 2>&1", &out), 0) << out;
   EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
