@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 
 #include <cmath>
@@ -837,6 +838,61 @@ TEST_F(ServerH2Test, GarbageOnASocketClosesOnlyThatConnection) {
   auto after = SendRank(stub_.get(), request);
   ASSERT_TRUE(after->Wait(20s));
   ExpectMatchesOracle(request, *after);
+}
+
+// A client's RST_STREAM for a stream it never opened (gRPC C++ sends one
+// when it cancels a call before writing its headers) is dropped before
+// nghttp2, which would otherwise end the connection; the frames around it
+// still arrive, here one byte per write so that frame headers are split
+// across reads. A PING after it is answered on the same connection.
+TEST_F(ServerH2Test, RstStreamForAStreamNeverOpenedKeepsTheConnection) {
+  StartServer();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->h2_port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string preface("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+  const std::string settings("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9);
+  // RST_STREAM (type 3), 4 bytes, stream 99, CANCEL (8).
+  const std::string rst("\x00\x00\x04\x03\x00\x00\x00\x00\x63\x00\x00\x00\x08", 13);
+  const std::string ping = std::string("\x00\x00\x08\x06\x00\x00\x00\x00\x00", 9) + "jagrank!";
+  const std::string bytes = preface + settings + rst + ping;
+  bool acked = false, closed = false;
+  for (char byte : bytes) {
+    if (send(fd, &byte, 1, MSG_NOSIGNAL) != 1) {  // the server closed the connection
+      closed = true;
+      break;
+    }
+    std::this_thread::sleep_for(200us);
+  }
+  // Read frames until the PING's ACK (type 6, flag 1, same payload).
+  std::string in;
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (!acked && !closed && std::chrono::steady_clock::now() < give_up) {
+    pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    in.append(buffer, static_cast<size_t>(n));
+    for (size_t at = 0; at + 9 <= in.size();) {
+      const size_t length = size_t{static_cast<uint8_t>(in[at])} << 16 | size_t{static_cast<uint8_t>(in[at + 1])} << 8 |
+                            static_cast<uint8_t>(in[at + 2]);
+      if (at + 9 + length > in.size()) break;
+      if (in[at + 3] == 6 && in[at + 4] == 1 && in.compare(at + 9, length, "jagrank!") == 0) acked = true;
+      EXPECT_NE(in[at + 3], 7) << "the server sent GOAWAY";
+      at += 9 + length;
+    }
+  }
+  close(fd);
+  EXPECT_TRUE(acked) << (closed ? "the server closed the connection" : "no PING ack in 10 s");
 }
 
 // Many connections, calls cancelled by their clients or expiring while
