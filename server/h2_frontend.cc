@@ -25,6 +25,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "server/grpc_process.h"
 #include "server/grpc_status.h"
 #include "server/server.h"
 
@@ -144,19 +145,14 @@ bool ParseHealthCheckRequest(const uint8_t* data, size_t size, std::string* serv
 // A listening socket on `address` (host:port or unix:/path), or -1 with
 // *error set. *port: the bound TCP port (0 for unix sockets).
 int Listen(const std::string& address, int* port, std::string* unix_path, std::string* error) {
+  SocketAddress where;
+  if (!ParseSocketAddress(address, &where, error)) return -1;
   int fd = -1;
-  if (address.rfind("unix:", 0) == 0) {
-    const std::string path = address.substr(5);
-    sockaddr_un addr = {};
-    if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-      *error = "unix socket path '" + path + "' is empty or longer than " + std::to_string(sizeof(addr.sun_path) - 1);
-      return -1;
-    }
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.data(), path.size());
+  if (where.is_unix) {
+    const std::string path = where.unix_addr.sun_path;
     unlink(path.c_str());  // a stale socket file from an earlier run
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&where.unix_addr), sizeof(where.unix_addr)) != 0) {
       *error = "bind " + address + ": " + std::strerror(errno);
       if (fd >= 0) close(fd);
       return -1;
@@ -164,20 +160,12 @@ int Listen(const std::string& address, int* port, std::string* unix_path, std::s
     *unix_path = path;
     *port = 0;
   } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos || colon + 1 == address.size()) {
-      *error = "address '" + address + "' is not host:port or unix:/path";
-      return -1;
-    }
-    std::string host = address.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    const std::string service = address.substr(colon + 1);
     addrinfo hints = {};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
     addrinfo* found = nullptr;
-    const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+    const int rc = getaddrinfo(where.host.empty() ? nullptr : where.host.c_str(), where.port.c_str(), &hints, &found);
     if (rc != 0) {
       *error = "resolve " + address + ": " + gai_strerror(rc);
       return -1;

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <utility>
 
+#include "server/grpc_process.h"
+
 namespace jagrank {
 namespace {
 
@@ -39,36 +41,22 @@ nghttp2_nv Header(const char* name, const char* value) {
 
 // A connected, non-blocking socket to `address`, or -1 with *error set.
 int ConnectSocket(const std::string& address, std::string* error) {
+  SocketAddress where;
+  if (!ParseSocketAddress(address, &where, error)) return -1;
   int fd = -1;
-  if (address.rfind("unix:", 0) == 0) {
-    const std::string path = address.substr(5);
-    sockaddr_un addr = {};
-    if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-      *error = "unix socket path '" + path + "' is empty or longer than " + std::to_string(sizeof(addr.sun_path) - 1);
-      return -1;
-    }
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.data(), path.size());
+  if (where.is_unix) {
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&where.unix_addr), sizeof(where.unix_addr)) != 0) {
       *error = "connect to " + address + ": " + std::strerror(errno);
       if (fd >= 0) close(fd);
       return -1;
     }
   } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos || colon + 1 == address.size()) {
-      *error = "address '" + address + "' is not host:port or unix:/path";
-      return -1;
-    }
-    std::string host = address.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    const std::string port = address.substr(colon + 1);
     addrinfo hints = {};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+    const int rc = getaddrinfo(where.host.c_str(), where.port.c_str(), &hints, &found);
     if (rc != 0) {
       *error = "resolve " + address + ": " + gai_strerror(rc);
       return -1;
