@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Makes the local Debian 12 base image (localhost/debian:bookworm) that the
+# CPU image builds on, without a registry: a minbase root file system from
+# Debian's mirrors (mmdebstrap), imported into podman. Both steps are cached
+# in the podman folder of the build tree: the tarball is made once, and the
+# import happens only when the image is missing.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+dir=${JAGRANK_PODMAN_DIR:-$here/../../build/podman}
+image=localhost/debian:bookworm
+mkdir -p "$dir"
+tarball=$dir/debian-bookworm-minbase.tar
+
+if "$here/podman.sh" image exists "$image"; then exit 0; fi
+if [ ! -s "$tarball" ]; then
+  echo "debian-base: mmdebstrap bookworm (minbase) -> $tarball"
+  mmdebstrap --quiet --variant=minbase --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    bookworm "$tarball.part"
+  mv "$tarball.part" "$tarball"
+fi
+echo "debian-base: podman import $tarball $image"
+"$here/podman.sh" import --quiet "$tarball" "$image" >/dev/null
