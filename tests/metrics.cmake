@@ -36,3 +36,14 @@ if(TARGET jagrank-server AND TARGET jagrank_health_proto)
   endif()
   set_tests_properties(metrics_server_test PROPERTIES ENVIRONMENT "${_jagrank_metrics_env}")
 endif()
+
+# The container image: the Dockerfile's CPU variant built on a local Debian 12
+# base with podman and run (tests/deploy_image_test.sh; `make image-test`).
+# Alone on the machine: it compiles the project inside the image build.
+if(TARGET jagrank-server AND TARGET jagrank-client AND TARGET jagrank-export-model)
+  add_test(NAME deploy_image_test
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/deploy_image_test.sh
+                   --bin-dir $<TARGET_FILE_DIR:jagrank-server> --podman-dir ${CMAKE_BINARY_DIR}/podman
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(deploy_image_test PROPERTIES RUN_SERIAL TRUE TIMEOUT 900 LABELS image)
+endif()
