@@ -20,6 +20,13 @@ endif()
 jagrank_metrics_test(metrics_prometheus_test metrics_prometheus_test.cc)
 jagrank_metrics_test(metrics_deploy_test metrics_deploy_test.cc)
 target_link_libraries(metrics_deploy_test PRIVATE yaml-cpp)
+# The Kubernetes args are run through the real server (--check-config), with
+# a model repository the exporter writes.
+if(TARGET jagrank-server AND TARGET jagrank-export-model)
+  add_dependencies(metrics_deploy_test jagrank-server jagrank-export-model)
+  set_tests_properties(metrics_deploy_test PROPERTIES ENVIRONMENT
+    "JAGRANK_SERVER=$<TARGET_FILE:jagrank-server>;JAGRANK_EXPORT_MODEL=$<TARGET_FILE:jagrank-export-model>")
+endif()
 
 # End to end against the real binaries, Prometheus and Chromium: only once the
 # server and its health client exist.
