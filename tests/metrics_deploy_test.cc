@@ -593,6 +593,12 @@ TEST_F(KubernetesTest, VolumesAndMountsLineUp) {
   EXPECT_TRUE(mount["readOnly"].as<bool>(false)) << "the model volume must be mounted read-only";
   EXPECT_TRUE(volumes_[mount["name"].as<std::string>()]["persistentVolumeClaim"]) << "models do not come from a PVC";
   EXPECT_TRUE(LastFlag(flags_, "model-weights").empty()) << "--model-weights bypasses the repository";
+  // The upload pod of deploy/README.md writes where the servers read.
+  const YAML::Node upload = YAML::LoadFile("deploy/k8s/model-upload-pod.yaml");
+  EXPECT_EQ(upload["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"].as<std::string>(),
+            volumes_[mount["name"].as<std::string>()]["persistentVolumeClaim"]["claimName"].as<std::string>());
+  EXPECT_EQ(upload["spec"]["containers"][0]["volumeMounts"][0]["mountPath"].as<std::string>(), repository);
+  EXPECT_EQ(upload["spec"]["securityContext"]["runAsUser"].as<int>(), pod_["spec"]["securityContext"]["runAsUser"].as<int>());
   // The server's config file comes from the ConfigMap (LoadServerConfig).
   EXPECT_FALSE(config_map_text_.empty()) << "--config " << LastFlag(flags_, "config") << " is not the ConfigMap's";
   // A read-only root file system needs a writable /tmp.
