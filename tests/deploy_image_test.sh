@@ -158,4 +158,8 @@ podman logs "$name" 2>&1 | tail -n 5
 [ "$code" = "0" ] || fail "the container exited with $code after podman stop (0 expected: SIGTERM drains)"
 echo "stopped in $(( SECONDS - stop_start )) s, exit code 0"
 
+# Layers of builds from older sources: kept a day as cache, then dropped, so
+# the build tree does not grow with every source change.
+podman image prune --force --filter until=24h >/dev/null || true
+
 echo "PASS: deploy_image_test ($(( SECONDS ))s)"
