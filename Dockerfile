@@ -12,8 +12,8 @@
 # runtime only; the runtime stage adds cuBLAS, the one CUDA library the
 # server links besides cudart). With a base without nvcc (plain Debian 12, as
 # `make image-test` uses) CMake builds the CPU backend only.
-ARG BUILD_BASE=nvidia/cuda:13.0.0-devel-ubuntu24.04
-ARG RUNTIME_BASE=nvidia/cuda:13.0.0-base-ubuntu24.04
+ARG BUILD_BASE=docker.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
+ARG RUNTIME_BASE=docker.io/nvidia/cuda:13.0.0-base-ubuntu24.04
 
 # ---- build: the same steps as a developer's checkout ----------------------
 FROM ${BUILD_BASE} AS build

@@ -281,14 +281,18 @@ TEST(DeployTest, DockerfileBuildsWithTheReadmeRecipe) {
   EXPECT_TRUE(make_line);
   // The runtime packages come from the binaries' resolved libraries.
   bool derives = false;
-  for (const std::string& r : runs) derives |= r.find("deploy/image/runtime-packages.sh /out/bin/") != std::string::npos;
+  for (const std::string& r : runs) {
+    derives |= r.find("deploy/image/runtime-packages.sh /out/bin/") != std::string::npos;
+  }
   EXPECT_TRUE(derives);
 
   // Base images are build arguments; the defaults are the CUDA images: the
   // devel image compiles, the smallest one (base: cudart only, cuBLAS added
   // by the runtime packages) runs.
-  EXPECT_TRUE(std::regex_search(dockerfile, std::regex(R"(\nARG BUILD_BASE=nvidia/cuda:13\.[0-9.]+-devel-ubuntu24\.04\n)")));
-  EXPECT_TRUE(std::regex_search(dockerfile, std::regex(R"(\nARG RUNTIME_BASE=nvidia/cuda:13\.[0-9.]+-base-ubuntu24\.04\n)")));
+  EXPECT_TRUE(std::regex_search(
+      dockerfile, std::regex(R"(\nARG BUILD_BASE=docker\.io/nvidia/cuda:13\.[0-9.]+-devel-ubuntu24\.04\n)")));
+  EXPECT_TRUE(std::regex_search(
+      dockerfile, std::regex(R"(\nARG RUNTIME_BASE=docker\.io/nvidia/cuda:13\.[0-9.]+-base-ubuntu24\.04\n)")));
   EXPECT_NE(dockerfile.find("\nFROM ${BUILD_BASE} AS build\n"), std::string::npos);
   EXPECT_NE(dockerfile.find("\nFROM ${RUNTIME_BASE} AS runtime\n"), std::string::npos);
   // A fat binary for sm_80, sm_86, sm_89 and sm_90; 90 in the list is what
@@ -408,7 +412,9 @@ class KubernetesTest : public ::testing::Test {
     command.insert(command.end(), args_.begin(), args_.end());
     command_ = command;
     flags_ = ParseFlags(std::vector<std::string>(command.begin() + 1, command.end()));
-    for (const auto& v : pod_["spec"]["volumes"]) volumes_[v["name"].as<std::string>()] = static_cast<const YAML::Node&>(v);
+    for (const auto& v : pod_["spec"]["volumes"]) {
+      volumes_[v["name"].as<std::string>()] = static_cast<const YAML::Node&>(v);
+    }
     ASSERT_NO_FATAL_FAILURE(LoadServerConfig());
   }
 
@@ -585,7 +591,8 @@ TEST_F(KubernetesTest, VolumesAndMountsLineUp) {
   }
   // The model repository is the claim's mount, read-only.
   const std::string repository = LastFlag(flags_, "model-repository");
-  ASSERT_FALSE(repository.empty()) << "the Deployment serves no --model-repository: production would serve the random model";
+  ASSERT_FALSE(repository.empty())
+      << "the Deployment serves no --model-repository: production would serve the random model";
   std::string relative;
   const YAML::Node mount = MountOf(repository, &relative);
   ASSERT_TRUE(mount) << repository << " is not on any volume";
@@ -598,7 +605,8 @@ TEST_F(KubernetesTest, VolumesAndMountsLineUp) {
   EXPECT_EQ(upload["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"].as<std::string>(),
             volumes_[mount["name"].as<std::string>()]["persistentVolumeClaim"]["claimName"].as<std::string>());
   EXPECT_EQ(upload["spec"]["containers"][0]["volumeMounts"][0]["mountPath"].as<std::string>(), repository);
-  EXPECT_EQ(upload["spec"]["securityContext"]["runAsUser"].as<int>(), pod_["spec"]["securityContext"]["runAsUser"].as<int>());
+  EXPECT_EQ(upload["spec"]["securityContext"]["runAsUser"].as<int>(),
+            pod_["spec"]["securityContext"]["runAsUser"].as<int>());
   // The server's config file comes from the ConfigMap (LoadServerConfig).
   EXPECT_FALSE(config_map_text_.empty()) << "--config " << LastFlag(flags_, "config") << " is not the ConfigMap's";
   // A read-only root file system needs a writable /tmp.
