@@ -4,7 +4,7 @@
 #   - every shared library of every binary resolves inside the image;
 #   - the container starts with trained weights mounted read-only and its
 #     gRPC health reports SERVING; the image's HEALTHCHECK passes, also for
-#     a server moved to another port;
+#     servers moved to another port by a flag or by a config file;
 #   - one Rank call returns the scores the host's jagrank-server computes
 #     on the same weights;
 #   - `podman stop` drains the server, which exits 0.
@@ -50,7 +50,7 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/jagrank-image-test.XXXXXX")
 host_pid=""
 cleanup() {
-  podman rm --force --ignore "$name" "$name-port" >/dev/null 2>&1 || true
+  podman rm --force --ignore "$name" "$name-flag" "$name-config" >/dev/null 2>&1 || true
   if [ -n "$host_pid" ]; then kill "$host_pid" 2>/dev/null || true; wait "$host_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
@@ -138,17 +138,24 @@ grep -v '^#' "$work/host.txt" > "$work/host.scores"
 awk 'NF != 4 || $1 != $3 || ($2 - $4 > 1e-6) || ($4 - $2 > 1e-6) { bad = 1 } END { exit bad }' \
   <(paste -d' ' "$work/container.scores" "$work/host.scores") || fail "container and host scores differ (above)"
 
-step "HEALTHCHECK follows --grpc-address"
-podman run -d --name "$name-port" --health-interval disable "$image" --device cpu --cpu-threads 1 \
-  --grpc-address 0.0.0.0:8600 --metrics-address '' >/dev/null || fail "podman run (port 8600) failed"
-deadline=$(( SECONDS + 120 ))
-until podman healthcheck run "$name-port" >/dev/null 2>&1; do
-  [ "$(podman inspect --format '{{.State.Running}}' "$name-port")" = "true" ] \
-    || { podman logs "$name-port" | tail -n 30; fail "container on port 8600 exited"; }
-  [ $SECONDS -lt $deadline ] || fail "HEALTHCHECK never passed for a server on --grpc-address 0.0.0.0:8600"
-  sleep 0.5
+step "HEALTHCHECK follows the configured address (--grpc-address, --config)"
+printf 'grpc_address: "0.0.0.0:8700"   # moved\nmetrics_address: ""\n' > "$work/moved.yaml"
+chmod a+r "$work/moved.yaml"
+podman run -d --name "$name-flag" --health-interval disable "$image" --device cpu --cpu-threads 1 \
+  --grpc-address=0.0.0.0:8600 --metrics-address '' >/dev/null || fail "podman run (--grpc-address) failed"
+podman run -d --name "$name-config" --health-interval disable -v "$work/moved.yaml:/etc/moved.yaml:ro" "$image" \
+  --device cpu --cpu-threads 1 --config /etc/moved.yaml >/dev/null || fail "podman run (--config) failed"
+for c in "$name-flag" "$name-config"; do
+  deadline=$(( SECONDS + 120 ))
+  until podman healthcheck run "$c" >/dev/null 2>&1; do
+    [ "$(podman inspect --format '{{.State.Running}}' "$c")" = "true" ] \
+      || { podman logs "$c" 2>&1 | tail -n 30; fail "container $c exited"; }
+    [ $SECONDS -lt $deadline ] || fail "HEALTHCHECK never passed for $c ($(podman inspect --format '{{.Args}}' "$c"))"
+    sleep 0.5
+  done
+  echo "$c: healthy"
 done
-podman rm --force "$name-port" >/dev/null
+podman rm --force "$name-flag" "$name-config" >/dev/null
 
 step "podman stop: SIGTERM drains, exit code 0"
 stop_start=$SECONDS
