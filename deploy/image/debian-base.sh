@@ -14,9 +14,11 @@ tarball=$dir/debian-bookworm-minbase.tar
 if "$here/podman.sh" image exists "$image"; then exit 0; fi
 if [ ! -s "$tarball" ]; then
   echo "debian-base: mmdebstrap bookworm (minbase) -> $tarball"
-  mmdebstrap --quiet --variant=minbase --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-    bookworm "$tarball.part"
-  mv "$tarball.part" "$tarball"
+  # Written aside and renamed, so that an interrupted run leaves no tarball.
+  rm -rf "$dir/partial.tar"
+  mmdebstrap --quiet --format=tar --variant=minbase --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    bookworm "$dir/partial.tar"
+  mv "$dir/partial.tar" "$tarball"
 fi
 echo "debian-base: podman import $tarball $image"
 "$here/podman.sh" import --quiet "$tarball" "$image" >/dev/null
