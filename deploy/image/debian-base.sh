@@ -17,7 +17,8 @@ if [ ! -s "$tarball" ]; then
   # Written aside and renamed, so that an interrupted run leaves no tarball.
   rm -rf "$dir/partial.tar"
   mmdebstrap --quiet --format=tar --variant=minbase --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-    bookworm "$dir/partial.tar"
+    bookworm "$dir/partial.tar" > "$dir/mmdebstrap.log" 2>&1 \
+    || { tail -n 40 "$dir/mmdebstrap.log"; echo "debian-base: mmdebstrap failed (log above)" >&2; exit 1; }
   mv "$dir/partial.tar" "$tarball"
 fi
 echo "debian-base: podman import $tarball $image"
