@@ -23,7 +23,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "server/flags.h"
+#include "common/flags.h"
 
 namespace jagrank {
 namespace {

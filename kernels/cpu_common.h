@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 namespace cpu {

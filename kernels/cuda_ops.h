@@ -27,7 +27,7 @@
 #include "kernels/interaction.h"
 #include "kernels/linear.h"
 #include "kernels/padded.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 typedef struct CUstream_st* cudaStream_t;
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

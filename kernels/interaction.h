@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

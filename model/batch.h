@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/config.h"
 
 namespace jagrank {

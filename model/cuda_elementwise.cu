@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 
 namespace jagrank {
 namespace {

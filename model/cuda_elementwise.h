@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 typedef struct CUstream_st* cudaStream_t;
 

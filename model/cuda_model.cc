@@ -25,7 +25,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/flash/flash_attention.h"
 #include "model/backends.h"

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/weights.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/config.h"
 
 namespace jagrank {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "jagrank/v1/ranker.pb.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
 

@@ -25,7 +25,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "server/grpc_process.h"
+#include "common/process.h"
+#include "common/socket_address.h"
 #include "server/grpc_status.h"
 #include "server/server.h"
 
@@ -146,13 +147,21 @@ bool ParseHealthCheckRequest(const uint8_t* data, size_t size, std::string* serv
 // *error set. *port: the bound TCP port (0 for unix sockets).
 int Listen(const std::string& address, int* port, std::string* unix_path, std::string* error) {
   SocketAddress where;
-  if (!ParseSocketAddress(address, &where, error)) return -1;
+  const Status parsed = ParseSocketAddress("address", address, &where);
+  if (!parsed.ok()) {
+    *error = parsed.message();
+    return -1;
+  }
+  sockaddr_un unix_addr = {};
+  unix_addr.sun_family = AF_UNIX;
+  std::memcpy(unix_addr.sun_path, where.unix_path.data(), where.unix_path.size());
+  const std::string port_text = std::to_string(where.port);
   int fd = -1;
   if (where.is_unix) {
-    const std::string path = where.unix_addr.sun_path;
+    const std::string path = where.unix_path;
     unlink(path.c_str());  // a stale socket file from an earlier run
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&where.unix_addr), sizeof(where.unix_addr)) != 0) {
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&unix_addr), sizeof(unix_addr)) != 0) {
       *error = "bind " + address + ": " + std::strerror(errno);
       if (fd >= 0) close(fd);
       return -1;
@@ -165,7 +174,7 @@ int Listen(const std::string& address, int* port, std::string* unix_path, std::s
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
     addrinfo* found = nullptr;
-    const int rc = getaddrinfo(where.host.empty() ? nullptr : where.host.c_str(), where.port.c_str(), &hints, &found);
+    const int rc = getaddrinfo(where.host.empty() ? nullptr : where.host.c_str(), port_text.c_str(), &hints, &found);
     if (rc != 0) {
       *error = "resolve " + address + ": " + gai_strerror(rc);
       return -1;

@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "server/metrics.h"
 #include "server/ranker_service.h"
 #include "server/server_config.h"

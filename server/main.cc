@@ -10,8 +10,8 @@
 #include <memory>
 #include <thread>
 
-#include "server/flags.h"
-#include "server/grpc_process.h"
+#include "common/flags.h"
+#include "common/process.h"
 #include "server/metrics.h"
 #include "server/prometheus_metrics.h"
 #include "server/server.h"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "server/metrics.h"
 
 namespace jagrank {

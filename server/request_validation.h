@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "jagrank/v1/ranker.pb.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/config.h"
 #include "server/server_config.h"
 

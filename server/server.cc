@@ -10,10 +10,10 @@
 #include <thread>
 #include <utility>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "model/weights.h"
 #include "server/batch_assembly.h"
-#include "server/grpc_process.h"
+#include "common/process.h"
 
 namespace jagrank {
 namespace {

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/model.h"
 #include "server/batcher.h"
 #include "server/executor.h"

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "server/grpc_process.h"
+#include "common/process.h"
 
 namespace jagrank {
 namespace {

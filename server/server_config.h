@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
-#include "server/grpc_process.h"
+#include "common/status.h"
+#include "common/process.h"
 
 namespace jagrank {
 

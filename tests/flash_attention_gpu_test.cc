@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/dtype.h"
 #include "kernels/flash/flash_attention.h"
 #include "tests/test_util.h"

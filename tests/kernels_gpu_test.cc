@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype.h"
 #include "kernels/embedding_bag.h"

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/model.h"

@@ -2,7 +2,7 @@
 // and request validation messages.
 #include <gtest/gtest.h>
 
-#include "server/flags.h"
+#include "common/flags.h"
 #include "server/grpc_status.h"
 #include "server/server.h"
 #include "server/server_config.h"

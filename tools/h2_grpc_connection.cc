@@ -14,7 +14,8 @@
 #include <cstring>
 #include <utility>
 
-#include "server/grpc_process.h"
+#include "common/process.h"
+#include "common/socket_address.h"
 
 namespace jagrank {
 namespace {
@@ -42,11 +43,19 @@ nghttp2_nv Header(const char* name, const char* value) {
 // A connected, non-blocking socket to `address`, or -1 with *error set.
 int ConnectSocket(const std::string& address, std::string* error) {
   SocketAddress where;
-  if (!ParseSocketAddress(address, &where, error)) return -1;
+  const Status parsed = ParseSocketAddress("address", address, &where);
+  if (!parsed.ok()) {
+    *error = parsed.message();
+    return -1;
+  }
+  sockaddr_un unix_addr = {};
+  unix_addr.sun_family = AF_UNIX;
+  std::memcpy(unix_addr.sun_path, where.unix_path.data(), where.unix_path.size());
+  const std::string port_text = std::to_string(where.port);
   int fd = -1;
   if (where.is_unix) {
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&where.unix_addr), sizeof(where.unix_addr)) != 0) {
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&unix_addr), sizeof(unix_addr)) != 0) {
       *error = "connect to " + address + ": " + std::strerror(errno);
       if (fd >= 0) close(fd);
       return -1;
@@ -56,7 +65,7 @@ int ConnectSocket(const std::string& address, std::string* error) {
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    const int rc = getaddrinfo(where.host.c_str(), where.port.c_str(), &hints, &found);
+    const int rc = getaddrinfo(where.host.c_str(), port_text.c_str(), &hints, &found);
     if (rc != 0) {
       *error = "resolve " + address + ": " + gai_strerror(rc);
       return -1;

@@ -50,8 +50,8 @@
 #include <vector>
 
 #include "jagrank/v1/ranker.grpc.pb.h"
-#include "server/flags.h"
-#include "server/grpc_process.h"
+#include "common/flags.h"
+#include "common/process.h"
 #include "tools/h2_grpc_connection.h"
 
 namespace jagrank {

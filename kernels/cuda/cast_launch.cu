@@ -4,7 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/cast_kernel.cuh"
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 
 namespace jagrank {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 namespace cuda {

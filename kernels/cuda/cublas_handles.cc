@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 
 namespace jagrank {
 namespace cuda {

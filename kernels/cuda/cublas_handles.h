@@ -6,7 +6,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 namespace cuda {

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "kernels/cuda/embedding_kernel.cuh"
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 
 namespace jagrank {

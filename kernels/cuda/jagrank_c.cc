@@ -11,7 +11,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/embedding_bag.h"
 #include "kernels/flash/flash_attention.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 namespace {

@@ -18,7 +18,7 @@
 #include <unordered_map>
 
 #include "kernels/cuda/cublas_handles.h"
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 
 namespace jagrank {

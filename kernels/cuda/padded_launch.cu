@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/cublas_handles.h"
 #include "kernels/cuda/padded_kernel.cuh"
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 
 namespace jagrank {

@@ -27,7 +27,7 @@
 #if JAGRANK_WITH_CUDA
 
 #include "kernels/attention.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 typedef struct CUstream_st* cudaStream_t;
 

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/flash/flash_kernel.cuh"
 #include "kernels/flash/flash_launch.h"
 #include "kernels/flash/flash_traits.h"

@@ -5,7 +5,7 @@
 #define JAGRANK_KERNELS_FLASH_FLASH_LAUNCH_H_
 
 #include "kernels/attention.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 typedef struct CUstream_st* cudaStream_t;
 

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 #include "kernels/flash/flash_launch.cuh"
 #include "kernels/flash/flash_launch.h"
 #include "kernels/flash/flash_traits.h"

@@ -1,13 +1,12 @@
 // Process-wide set-up for binaries that use gRPC (server, loadgen, client),
 // and the "name=value" list of extra gRPC channel arguments they accept.
-#pragma once
-
-#include <sys/un.h>
+#ifndef JAGRANK_COMMON_PROCESS_H_
+#define JAGRANK_COMMON_PROCESS_H_
 
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 
@@ -50,16 +49,6 @@ struct ReservedGrpcChannelArg {
 Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<ReservedGrpcChannelArg>& reserved,
                             const std::string& field, std::vector<GrpcChannelArg>* out);
 
-// A stream socket's address as the binaries' flags take it: "unix:/path" or
-// "host:port" (host may be "[v6]"; empty = every interface when listening).
-struct SocketAddress {
-  bool is_unix = false;
-  sockaddr_un unix_addr = {};  // when is_unix: family and path set
-  std::string host;            // otherwise: brackets removed
-  std::string port;
-};
-// False, with *error naming the address and what is wrong, when `address`
-// is neither form or its unix path is empty or too long.
-bool ParseSocketAddress(const std::string& address, SocketAddress* out, std::string* error);
-
 }  // namespace jagrank
+
+#endif  // JAGRANK_COMMON_PROCESS_H_

@@ -5,10 +5,10 @@
 //   RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out, 0, bytes, stream));
 //   Kernel<<<grid, block, 0, stream>>>(params);
 //   RETURN_IF_ERROR(CudaLaunchStatus("EmbeddingBagKernel"));
-#ifndef JAGRANK_KERNELS_CUDA_CHECK_H_
-#define JAGRANK_KERNELS_CUDA_CHECK_H_
+#ifndef JAGRANK_COMMON_CUDA_CHECK_H_
+#define JAGRANK_COMMON_CUDA_CHECK_H_
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 #if JAGRANK_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -51,4 +51,4 @@ inline bool CudaDeviceAvailable() { return false; }
   } while (0)
 #endif
 
-#endif  // JAGRANK_KERNELS_CUDA_CHECK_H_
+#endif  // JAGRANK_COMMON_CUDA_CHECK_H_

@@ -1,7 +1,7 @@
 // Status: the error type of every jagrank module. No exceptions cross a module
 // boundary; functions that can fail return Status (and fill out-parameters).
-#ifndef JAGRANK_KERNELS_STATUS_H_
-#define JAGRANK_KERNELS_STATUS_H_
+#ifndef JAGRANK_COMMON_STATUS_H_
+#define JAGRANK_COMMON_STATUS_H_
 
 #include <string>
 #include <utility>
@@ -79,4 +79,4 @@ inline const char* StatusCodeName(Status::Code code) {
   } while (0)
 #define RETURN_IF_ERROR(expr) JAGRANK_RETURN_IF_ERROR(expr)
 
-#endif  // JAGRANK_KERNELS_STATUS_H_
+#endif  // JAGRANK_COMMON_STATUS_H_

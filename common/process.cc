@@ -1,8 +1,7 @@
-#include "server/grpc_process.h"
+#include "common/process.h"
 
 #include <absl/synchronization/mutex.h>
 #include <dlfcn.h>
-#include <sys/socket.h>
 
 #include <cerrno>
 #include <climits>
@@ -65,33 +64,6 @@ Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<ReservedG
   if (!spec.empty() && spec.back() == ',') return Status::InvalidArgument(field + ": ends with ','");
   *out = std::move(args);
   return Status::Ok();
-}
-
-bool ParseSocketAddress(const std::string& address, SocketAddress* out, std::string* error) {
-  *out = SocketAddress();
-  if (address.rfind("unix:", 0) == 0) {
-    const std::string path = address.substr(5);
-    if (path.empty() || path.size() >= sizeof(out->unix_addr.sun_path)) {
-      *error = "unix socket path '" + path + "' is empty or longer than " +
-               std::to_string(sizeof(out->unix_addr.sun_path) - 1);
-      return false;
-    }
-    out->is_unix = true;
-    out->unix_addr.sun_family = AF_UNIX;
-    std::memcpy(out->unix_addr.sun_path, path.data(), path.size());
-    return true;
-  }
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    *error = "address '" + address + "' is not host:port or unix:/path";
-    return false;
-  }
-  out->host = address.substr(0, colon);
-  if (out->host.size() >= 2 && out->host.front() == '[' && out->host.back() == ']') {
-    out->host = out->host.substr(1, out->host.size() - 2);
-  }
-  out->port = address.substr(colon + 1);
-  return true;
 }
 
 }  // namespace jagrank

@@ -1,4 +1,4 @@
-#include "server/flags.h"
+#include "common/flags.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "server/grpc_process.h"
+#include "common/process.h"
 
 namespace jagrank {
 namespace {

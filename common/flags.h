@@ -1,7 +1,7 @@
 // FlagParser: the small --name=value / --name value parser shared by
 // jagrank-server, jagrank-client and jagrank-loadgen.
-#ifndef JAGRANK_SERVER_FLAGS_H_
-#define JAGRANK_SERVER_FLAGS_H_
+#ifndef JAGRANK_COMMON_FLAGS_H_
+#define JAGRANK_COMMON_FLAGS_H_
 
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 
@@ -49,4 +49,4 @@ class FlagParser {
 
 }  // namespace jagrank
 
-#endif  // JAGRANK_SERVER_FLAGS_H_
+#endif  // JAGRANK_COMMON_FLAGS_H_

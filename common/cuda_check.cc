@@ -1,4 +1,4 @@
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
 
 #include <string>
 
