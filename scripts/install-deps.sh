@@ -9,7 +9,7 @@ build_pkgs=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgtest-dev libopenblas-dev libgoogle-perftools-dev libnghttp2-dev
+  libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
 # Real peers the integration tests drive: the Prometheus server and a headless browser.
 test_pkgs=(prometheus chromium curl python3)

@@ -39,16 +39,14 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   const ServerConfig d;
   std::string config_path, grpc_address = d.grpc_address, metrics_address = d.metrics_address, device = d.device,
                            model_config, model_weights, attention = d.attention, log_level = d.log_level,
-                           grpc_channel_args = d.grpc_channel_args, cuda_sync = d.cuda_sync,
-                           h2_address = d.h2_address;
+                           grpc_channel_args = d.grpc_channel_args, cuda_sync = d.cuda_sync;
   int64_t max_queue_delay_us = d.batching.max_queue_delay_us, max_batch_candidates = d.batching.max_batch_candidates,
           max_batch_history_tokens = d.batching.max_batch_history_tokens,
           max_batch_attention_cost = d.batching.max_batch_attention_cost;
   bool dispatch_when_idle = d.batching.dispatch_when_idle;
   int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
       max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads,
-      grpc_completion_queues = d.grpc_completion_queues, grpc_max_concurrent_streams = d.grpc_max_concurrent_streams,
-      h2_threads = d.h2_threads;
+      grpc_completion_queues = d.grpc_completion_queues, grpc_max_concurrent_streams = d.grpc_max_concurrent_streams;
   FlagParser flags("jagrank-server: the jagrank gRPC ranking server");
   flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
   flags.Add("grpc-address", &grpc_address, "gRPC listen address host:port");
@@ -75,10 +73,6 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
             "calls open at once per client connection; more wait in the client (0 = no limit)");
   flags.Add("grpc-channel-args", &grpc_channel_args,
             "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers)");
-  flags.Add("h2-address", &h2_address,
-            "second listener (host:port or unix:/path) for Rank, GetModelInfo and health in gRPC's wire protocol "
-            "over nghttp2, bypassing gRPC's transport ('' = off)");
-  flags.Add("h2-threads", &h2_threads, "event-loop threads of --h2-address (0 = as many as the completion queues)");
   flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
   RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
@@ -104,8 +98,6 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("grpc-completion-queues")) config->grpc_completion_queues = grpc_completion_queues;
   if (flags.IsSet("grpc-max-concurrent-streams")) config->grpc_max_concurrent_streams = grpc_max_concurrent_streams;
   if (flags.IsSet("grpc-channel-args")) config->grpc_channel_args = grpc_channel_args;
-  if (flags.IsSet("h2-address")) config->h2_address = h2_address;
-  if (flags.IsSet("h2-threads")) config->h2_threads = h2_threads;
   if (flags.IsSet("max-candidates-per-request")) config->max_candidates_per_request = max_candidates_per_request;
   if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
   if (flags.IsSet("dispatch-when-idle")) config->batching.dispatch_when_idle = dispatch_when_idle;
@@ -160,8 +152,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const Model& model = server->model();
-  spdlog::info("jagrank-server ready: port={} h2_port={} model={} version={} device={} attention={} | {}", server->port(),
-               server->h2_port(), model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
+  spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(), model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
                ServerConfigSummary(config));
 
   // First signal: drain (OnSignal exits at once on the second).

@@ -132,10 +132,6 @@ Status JagrankServer::Start() {
   }
   service_->StartPolling();
   SetHealth(false);
-  if (!config_.h2_address.empty()) {
-    h2_frontend_ = std::make_unique<H2Frontend>(config_, service_.get(), metrics_);
-    RETURN_IF_ERROR(h2_frontend_->Start());
-  }
   return Status::Ok();
 }
 
@@ -206,7 +202,6 @@ Status JagrankServer::Drain() {
       grpc_server_->Shutdown(std::chrono::system_clock::now());
       // The executor may still be inside Forward: keep everything it can
       // touch alive; the caller is expected to exit the process now.
-      (void)h2_frontend_.release();
       (void)executor_.release();
       (void)batcher_.release();
       (void)model_.release();
@@ -218,7 +213,6 @@ Status JagrankServer::Drain() {
   // rather than a transport-level cancel when the listener closes.
   spdlog::debug("drain: accepted work done after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
-  if (h2_frontend_ != nullptr) h2_frontend_->Stop();
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   // Rank's completion queues go after the server (gRPC's order); every call

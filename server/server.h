@@ -18,7 +18,6 @@
 #include "model/model.h"
 #include "server/batcher.h"
 #include "server/executor.h"
-#include "server/h2_frontend.h"
 #include "server/metrics.h"
 #include "server/ranker_service.h"
 #include "server/server_config.h"
@@ -50,8 +49,6 @@ class JagrankServer {
   ~JagrankServer();  // Drain()s if not done yet.
 
   int port() const { return port_; }        // the bound gRPC port
-  // The bound port of h2_address (server/h2_frontend.h); 0 when it is off or a unix socket.
-  int h2_port() const { return h2_frontend_ != nullptr ? h2_frontend_->port() : 0; }
   const Model& model() const { return *model_; }
   const ServerConfig& config() const { return config_; }
 
@@ -75,7 +72,6 @@ class JagrankServer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<RankerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<H2Frontend> h2_frontend_;  // null unless config.h2_address is set
   int port_ = 0;
   std::mutex drain_mu_;
   bool drained_ = false;  // guarded by drain_mu_

@@ -97,10 +97,6 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.grpc_max_concurrent_streams));
     } else if (key == "grpc_channel_args") {
       RETURN_IF_ERROR(Read(v, key, &c.grpc_channel_args));
-    } else if (key == "h2_address") {
-      RETURN_IF_ERROR(Read(v, key, &c.h2_address));
-    } else if (key == "h2_threads") {
-      RETURN_IF_ERROR(Read(v, key, &c.h2_threads));
     } else if (key == "max_candidates_per_request") {
       RETURN_IF_ERROR(Read(v, key, &c.max_candidates_per_request));
     } else if (key == "max_request_bytes") {
@@ -185,17 +181,6 @@ Status ValidateServerConfig(const ServerConfig& c) {
   std::vector<GrpcChannelArg> channel_args;
   RETURN_IF_ERROR(ParseGrpcChannelArgs(c.grpc_channel_args, ServerReservedGrpcChannelArgs(),
                                        "server config grpc_channel_args", &channel_args));
-  if (c.h2_threads < 0 || c.h2_threads > kMaxH2Threads) {
-    return Status::InvalidArgument("server config h2_threads = " + std::to_string(c.h2_threads) + ": must be in [0, " +
-                                   std::to_string(kMaxH2Threads) + "] (0 = automatic)");
-  }
-  const auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (!c.h2_address.empty() && c.h2_address == c.grpc_address && !ends_with(c.h2_address, ":0")) {
-    return Status::InvalidArgument("server config h2_address = '" + c.h2_address +
-                                   "': must differ from grpc_address (it is a second listener)");
-  }
   RETURN_IF_ERROR(Positive(c.max_candidates_per_request, "max_candidates_per_request"));
   RETURN_IF_ERROR(Positive(c.max_request_bytes, "max_request_bytes"));
   if (c.grpc_max_receive_message_bytes < c.max_request_bytes || c.grpc_max_receive_message_bytes > INT32_MAX) {
@@ -237,7 +222,6 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " grpc_completion_queues=" << c.grpc_completion_queues
     << " grpc_max_concurrent_streams=" << c.grpc_max_concurrent_streams
     << " grpc_channel_args=" << (c.grpc_channel_args.empty() ? "none" : c.grpc_channel_args)
-    << " h2=" << (c.h2_address.empty() ? "off" : c.h2_address) << " h2_threads=" << c.h2_threads
     << " max_candidates_per_request=" << c.max_candidates_per_request
     << " max_request_bytes=" << c.max_request_bytes;
   return s.str();

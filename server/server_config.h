@@ -31,8 +31,6 @@ struct BatchingConfig {
 constexpr int kMaxGrpcCompletionQueues = 64;
 // Upper limit of ServerConfig::grpc_max_concurrent_streams.
 constexpr int kMaxGrpcConcurrentStreams = 1 << 20;
-// Upper limit of ServerConfig::h2_threads.
-constexpr int kMaxH2Threads = 64;
 
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";     // host:port of the gRPC listener (port 0 = pick one)
@@ -57,14 +55,6 @@ struct ServerConfig {
   // jagrank sets from its own keys, and grpc.minimal_stack, are refused
   // (ServerReservedGrpcChannelArgs). Empty = none.
   std::string grpc_channel_args;
-  // A second listener for Rank, GetModelInfo and grpc.health.v1.Health/Check
-  // in gRPC's wire protocol over libnghttp2 (server/h2_frontend.h): any gRPC
-  // client can call it (plaintext HTTP/2). It skips gRPC's own transport,
-  // which bounds QPS on a many-core GPU host. host:port or unix:/path; empty
-  // = off. grpc_max_concurrent_streams, grpc_max_receive_message_bytes and
-  // max_request_bytes apply to it too.
-  std::string h2_address;
-  int h2_threads = 0;                            // its event-loop threads; 0 = as many as grpc_completion_queues resolves to
   int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT
   int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
   int64_t grpc_max_receive_message_bytes = 16LL << 20;  // transport cap; above it gRPC answers RESOURCE_EXHAUSTED
