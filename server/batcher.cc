@@ -33,7 +33,7 @@ Batcher::~Batcher() {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(queue_);
   }
-  for (auto& r : left) r->finish(Status::Unavailable("server shut down before compute"), nullptr, 0);
+  for (auto& r : left) r->finish(Status::Unavailable("server shut down before compute"), nullptr, 0, "");
 }
 
 Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
@@ -131,7 +131,7 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
   metrics_->SetQueueDepth(depth);
   for (auto& [request, why] : dropped) {
     metrics_->OnRejected(why.code() == Status::Code::kCancelled ? "cancelled" : "deadline");
-    request->finish(why, nullptr, 0);
+    request->finish(why, nullptr, 0, "");
   }
   if (batch->empty()) return NextBatch(batch);  // everything taken had expired
   return true;

@@ -55,8 +55,7 @@ std::vector<int64_t> Ids(std::mt19937_64& rng, int n) {
 Batch RandomBatch(const ModelConfig& c, int num_requests, int max_candidates, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  Batch batch;
-  batch.Reset(static_cast<int>(c.sparse_features.size()));
+  std::vector<RankInput> inputs;
   for (int r = 0; r < num_requests; ++r) {
     std::vector<float> dense(c.num_dense_features);
     for (float& v : dense) v = normal(rng);
@@ -71,14 +70,12 @@ Batch RandomBatch(const ModelConfig& c, int num_requests, int max_candidates, ui
     }
     const std::vector<int64_t> history = Ids(rng, len);
     const std::vector<int64_t> candidates = Ids(rng, 1 + static_cast<int>(rng() % max_candidates));
-    RequestFeatures f;
-    f.dense = dense.data();
-    f.num_dense = dense.size();
-    for (const auto& ids : sparse) f.sparse.push_back({ids.data(), ids.size()});
-    f.history = {history.data(), history.size()};
-    f.candidates = {candidates.data(), candidates.size()};
-    EXPECT_TRUE(AppendRequestToBatch(c, f, &batch).ok());
+    inputs.push_back({dense, sparse, history, candidates});
   }
+  std::vector<const RankInput*> pointers;
+  for (const RankInput& input : inputs) pointers.push_back(&input);
+  Batch batch;
+  EXPECT_TRUE(AssembleBatch(pointers, c, &batch).ok());
   return batch;
 }
 

@@ -22,16 +22,16 @@ std::unique_ptr<QueuedRequest> Fake(int tag, int64_t candidates, int64_t history
   r->candidates = candidates;
   r->history_tokens = history;
   r->attention_cost = history * history;
-  r->finish = [tag, finished](const Status& s, const float*, int64_t) {
+  r->finish = [tag, finished](const Status& s, const float*, int64_t, const std::string&) {
     std::lock_guard<std::mutex> lock(finished->mu);
     finished->calls.emplace_back(tag, s.code());
   };
   r->is_cancelled = [] { return false; };
-  r->request = reinterpret_cast<const v1::RankRequest*>(static_cast<intptr_t>(tag + 1));  // tag carrier, never read
+  r->request_id = std::to_string(tag);
   return r;
 }
 
-int Tag(const std::unique_ptr<QueuedRequest>& r) { return static_cast<int>(reinterpret_cast<intptr_t>(r->request)) - 1; }
+int Tag(const std::unique_ptr<QueuedRequest>& r) { return std::stoi(r->request_id); }
 
 BatchingConfig Budgets() {
   BatchingConfig c;
