@@ -26,7 +26,6 @@ Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, c
   ModelOptions options;
   options.device = device;
   options.cpu_threads = config.cpu_threads;
-  options.cuda_blocking_sync = config.cuda_sync == "block";
   RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
   return Model::Create(model_config, std::move(weights), options, out);
 }
@@ -156,9 +155,9 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   }
   metrics_->SetMemory(model_->Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       model_->attention() == AttentionStrategy::kJagged
-                                           ? Batcher::AttentionCost::kSumOfSquares
-                                           : Batcher::AttentionCost::kPadded);
+                                       [model = model_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
+                                         return model->AttentionCost(requests, sum_sq, longest);
+                                       });
   executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
   executor_->Start();
   service_->SetReady(model_.get(), batcher_.get());
