@@ -1,0 +1,142 @@
+"""The safetensors format, read and written without the safetensors package:
+
+    [8 bytes: N, little-endian u64][N bytes: JSON header][data]
+
+The header maps each tensor name to {"dtype", "shape", "data_offsets":
+[begin, end]} (offsets into the data section, row-major, little-endian
+values) plus an optional "__metadata__" of strings. jagrank accepts F32, BF16
+and F16 tensors (the server converts them to float32 at load); this module
+reads and writes the same three and refuses NaN and Inf like the server does.
+"""
+
+import json
+import os
+import struct
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+# safetensors dtype name <-> torch dtype, bytes per element.
+DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "F16": (torch.float16, 2)}
+_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+_MAX_HEADER_BYTES = 100 << 20
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    if dtype not in _NAMES:
+        raise ValueError(f"dtype {dtype} is not supported (weights are F32, BF16 or F16)")
+    return _NAMES[dtype]
+
+
+def encode(name: str, tensor: torch.Tensor, dtype: torch.dtype = torch.float32) -> bytes:
+    """The tensor's values as `dtype` (round to nearest even), little-endian
+    bytes. ValueError naming the tensor if a value is NaN or Inf, before or
+    after the conversion (a float32 above 65504 overflows F16)."""
+    dtype_name(dtype)
+    t = tensor.detach().to("cpu")
+    if not torch.isfinite(t).all():
+        raise ValueError(f"tensor '{name}': holds NaN or Inf; weights must be finite")
+    t = t.to(torch.float32).to(dtype).contiguous()
+    if not torch.isfinite(t.to(torch.float32)).all():
+        raise ValueError(f"tensor '{name}': a value overflows {dtype_name(dtype)} (|x| above its largest finite)")
+    if dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().astype("<i2").tobytes()
+    return t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
+
+
+def decode(name: str, dtype: str, shape, raw: bytes) -> torch.Tensor:
+    """Bytes of a tensor -> a float32 torch tensor (exact for all three dtypes)."""
+    if dtype == "F32":
+        values = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    elif dtype == "F16":
+        values = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+    elif dtype == "BF16":
+        values = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        raise ValueError(f"tensor '{name}': dtype {dtype} is not supported (weights must be F32, BF16 or F16)")
+    if not np.isfinite(values).all():
+        bad = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise ValueError(f"tensor '{name}': element {bad} is {values[bad]}: weights must be finite")
+    return torch.from_numpy(values.copy()).reshape(tuple(shape))
+
+
+def save(path: str, tensors: Dict[str, torch.Tensor], dtype: torch.dtype = torch.float32,
+         metadata: Optional[Dict[str, str]] = None) -> None:
+    """Writes `tensors` (name -> tensor) as one safetensors file, every tensor
+    in `dtype`, names sorted, the data section 8-byte aligned; atomically
+    (a temporary file, then a rename)."""
+    header = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    chunks, offset = [], 0
+    for name in sorted(tensors):
+        raw = encode(name, tensors[name], dtype)
+        header[name] = {"dtype": dtype_name(dtype), "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in chunks:
+            f.write(raw)
+    os.replace(tmp, path)
+
+
+def load(path: str) -> Dict[str, torch.Tensor]:
+    """Reads every tensor of a safetensors file as float32. ValueError naming
+    the file and the tensor for a malformed header, an unsupported dtype, a
+    size that disagrees with the shape, or a NaN/Inf value."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    where = f"weights file '{path}': "
+    if len(blob) < 8:
+        raise ValueError(where + f"file of {len(blob)} bytes is shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", blob[:8])
+    if n > len(blob) - 8 or n > _MAX_HEADER_BYTES:
+        raise ValueError(where + f"header length {n} runs past the end of the file ({len(blob)} bytes)")
+    try:
+        header = json.loads(blob[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict):
+        raise ValueError(where + "header is not a JSON object")
+    data = memoryview(blob)[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        tensor = f"tensor '{name}': "
+        if not isinstance(info, dict):
+            raise ValueError(where + tensor + "header entry is not an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(dtype, str):
+            raise ValueError(where + tensor + "missing or non-string 'dtype'")
+        if dtype not in DTYPES:
+            raise ValueError(where + tensor + f"dtype {dtype} is not supported (weights must be F32, BF16 or F16)")
+        if (not isinstance(shape, list) or len(shape) > 8
+                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 48 for s in shape)):
+            raise ValueError(where + tensor + "missing or invalid 'shape'")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+                or offsets[0] > offsets[1]):
+            raise ValueError(where + tensor + f"data_offsets {offsets} are not [begin <= end]")
+        if offsets[1] > len(data):
+            raise ValueError(where + tensor + f"data_offsets {offsets} run past the end of the data "
+                             f"({len(data)} bytes)")
+        elements = 1
+        for s in shape:
+            elements *= s
+        need = elements * DTYPES[dtype][1]
+        if offsets[1] - offsets[0] != need:
+            raise ValueError(where + tensor + f"data_offsets cover {offsets[1] - offsets[0]} bytes, shape {shape} "
+                             f"x {dtype} needs {need}")
+        try:
+            out[name] = decode(name, dtype, shape, bytes(data[offsets[0]:offsets[1]]))
+        except ValueError as e:
+            raise ValueError(where + str(e)) from None
+    return out
