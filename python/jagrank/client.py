@@ -57,6 +57,13 @@ class Ranker:
         response = self._ranker.Rank(make_request(request, request_id), timeout=timeout_s or self.timeout_s)
         return list(response.scores)
 
+    def rank_many(self, requests: List[dict], timeout_s: Optional[float] = None) -> List[List[float]]:
+        """Sends every request at once (the server batches them) and returns
+        their scores in order."""
+        futures = [self._ranker.Rank.future(make_request(r, str(i)), timeout=timeout_s or self.timeout_s)
+                   for i, r in enumerate(requests)]
+        return [list(f.result().scores) for f in futures]
+
     def rank_response(self, request: dict, request_id: str = "",
                       timeout_s: Optional[float] = None) -> "ranker_pb2.RankResponse":
         """The whole RankResponse (request_id, scores, model_version)."""
