@@ -110,3 +110,17 @@ def make_batch(config: ModelConfig, requests: Sequence[dict], first_index: int =
         history_ids=as_ids(history), history_offsets=_offsets(history_lengths),
         candidate_ids=as_ids(candidates), candidate_offsets=_offsets(candidate_lengths))
 
+
+
+def to_requests(config: ModelConfig, batch: JaggedBatch) -> List[dict]:
+    """The inverse of make_batch: one request dict per row of `batch` (an
+    empty sparse list stays present and empty)."""
+    def split(values, offsets):
+        values, offsets = values.tolist(), offsets.tolist()
+        return [values[offsets[r]:offsets[r + 1]] for r in range(len(offsets) - 1)]
+    dense = batch.dense.to(torch.float32).tolist()
+    history = split(batch.history_ids, batch.history_offsets)
+    candidates = split(batch.candidate_ids, batch.candidate_offsets)
+    sparse = [split(i, o) for i, o in zip(batch.sparse_ids, batch.sparse_offsets)]
+    return [{"dense": dense[r], "sparse": {f.name: sparse[k][r] for k, f in enumerate(config.sparse_features)},
+             "history": history[r], "candidates": candidates[r]} for r in range(len(candidates))]
