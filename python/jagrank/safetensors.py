@@ -57,7 +57,8 @@ def decode(name: str, dtype: str, shape, raw: bytes) -> torch.Tensor:
         raise ValueError(f"tensor '{name}': dtype {dtype} is not supported (weights must be F32, BF16 or F16)")
     if not np.isfinite(values).all():
         bad = int(np.flatnonzero(~np.isfinite(values))[0])
-        raise ValueError(f"tensor '{name}': element {bad} is {values[bad]}: weights must be finite")
+        word = "NaN" if np.isnan(values[bad]) else "+Inf" if values[bad] > 0 else "-Inf"
+        raise ValueError(f"tensor '{name}': element {bad} is {word}: weights must be finite")
     return torch.from_numpy(values.copy()).reshape(tuple(shape))
 
 

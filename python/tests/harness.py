@@ -171,3 +171,17 @@ def max_abs_diff(a: list, b: list) -> float:
         for p, q in zip(x, y):
             worst = max(worst, abs(p - q))
     return worst
+
+
+def write_raw_safetensors(path: str, entries: list) -> None:
+    """A safetensors file from (name, dtype string, shape, raw bytes) entries,
+    written as given (for files the loaders must refuse)."""
+    import json
+    import struct
+    header, data = {}, b""
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
