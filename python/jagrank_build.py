@@ -49,8 +49,12 @@ def generate_stubs(out_dir, protoc="protoc", repo=REPO, python=sys.executable):
         package_dir = os.path.join(out_dir, STUBS_PACKAGE)
         os.makedirs(package_dir, exist_ok=True)
         subprocess.run([protoc, "--proto_path=" + stage, "--python_out=" + out_dir] + staged, check=True, cwd=stage)
+        # pip's isolated build environment replaces PYTHONPATH to hide the
+        # interpreter's site-packages; grpc_tools lives there, so the
+        # generator runs with the interpreter's own paths.
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
         subprocess.run([python, "-m", "grpc_tools.protoc", "--proto_path=" + stage, "--grpc_python_out=" + out_dir]
-                       + staged, check=True, cwd=stage)
+                       + staged, check=True, cwd=stage, env=env)
         with open(os.path.join(package_dir, "__init__.py"), "w") as f:
             f.write('"""Generated from proto/jagrank/v1/ranker.proto and tools/grpc/health/v1/health.proto."""\n')
 
