@@ -47,7 +47,7 @@ def small_config(**overrides) -> ModelConfig:
     return c
 
 
-def spread_model(config: ModelConfig, seed: int = 3) -> JagRankModel:
+def spread_model(config: ModelConfig, seed: int = 3, table_scale: float = 3.0, top_scale: float = 2.5) -> JagRankModel:
     """A model whose scores spread over (0, 1) (the default init keeps them
     near 0.5, where a wrong step could hide): tables and the attention
     projections scaled up."""
@@ -56,9 +56,9 @@ def spread_model(config: ModelConfig, seed: int = 3) -> JagRankModel:
     with torch.no_grad():
         for name, p in model.state_dict(keep_vars=True).items():
             if name.startswith(("embeddings.", "history.")):
-                p.mul_(3.0)
+                p.mul_(table_scale)
             elif name.startswith("top_mlp.") and name.endswith(".weight"):
-                p.mul_(2.5)
+                p.mul_(top_scale)
     return model
 
 
@@ -102,13 +102,14 @@ def edge_requests(config: ModelConfig, count: int = 60, seed: int = 1) -> list:
 
 
 class Server:
-    """jagrank-server on the CPU backend on a unix socket, until stop()."""
+    """jagrank-server on a unix socket (CPU backend unless `device` says
+    otherwise), until stop()."""
 
-    def __init__(self, model_config: str, weights: str, *extra_args: str):
+    def __init__(self, model_config: str, weights: str, *extra_args: str, device: str = "cpu"):
         self.dir = tempfile.mkdtemp(prefix="jagrank_py_")
         self.address = "unix:" + os.path.join(self.dir, "grpc.sock")
         self.log_path = os.path.join(self.dir, "server.log")
-        args = [server_binary(), "--grpc-address", self.address, "--metrics-address", "", "--device", "cpu",
+        args = [server_binary(), "--grpc-address", self.address, "--metrics-address", "", "--device", device,
                 "--cpu-threads", "1", "--model-config", model_config, "--model-weights", weights] + list(extra_args)
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
