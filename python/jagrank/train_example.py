@@ -119,7 +119,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32", help="dtype of the weights file")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (0 = torch's default; the model is small, one thread is the fastest)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
