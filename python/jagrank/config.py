@@ -4,8 +4,6 @@ server's model/config.cc, so a file this module accepts the server accepts."""
 import dataclasses
 from typing import List
 
-import yaml
-
 _KNOWN_KEYS = ("name", "embedding_dim", "num_dense_features", "sparse_features", "item_rows",
                "max_history_len", "attention_heads", "bottom_mlp", "top_mlp", "seed")
 _MAX_TABLE_ELEMENTS = 1 << 36
@@ -121,6 +119,7 @@ class ModelConfig:
 
     @classmethod
     def from_yaml(cls, path: str) -> "ModelConfig":
+        import yaml  # PyYAML; only reading needs it
         with open(path, "r", encoding="utf-8") as f:
             try:
                 doc = yaml.safe_load(f)

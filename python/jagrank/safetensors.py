@@ -7,26 +7,36 @@ The header maps each tensor name to {"dtype", "shape", "data_offsets":
 values) plus an optional "__metadata__" of strings. jagrank accepts F32, BF16
 and F16 tensors (the server converts them to float32 at load); this module
 reads and writes the same three and refuses NaN and Inf like the server does.
+Only torch is needed (no numpy), on little-endian hosts.
 """
 
+import ctypes
 import json
 import os
 import struct
+import sys
 from typing import Dict, Optional
 
-import numpy as np
 import torch
 
 # safetensors dtype name <-> torch dtype, bytes per element.
 DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "F16": (torch.float16, 2)}
 _NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 _MAX_HEADER_BYTES = 100 << 20
+if sys.byteorder != "little":  # pragma: no cover
+    raise ImportError("jagrank.safetensors reads and writes raw tensor memory: little-endian hosts only")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     if dtype not in _NAMES:
         raise ValueError(f"dtype {dtype} is not supported (weights are F32, BF16 or F16)")
     return _NAMES[dtype]
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """The raw bytes of a contiguous CPU tensor (little-endian host order)."""
+    t = t.contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
 
 
 def encode(name: str, tensor: torch.Tensor, dtype: torch.dtype = torch.float32) -> bytes:
@@ -37,29 +47,27 @@ def encode(name: str, tensor: torch.Tensor, dtype: torch.dtype = torch.float32) 
     t = tensor.detach().to("cpu")
     if not torch.isfinite(t).all():
         raise ValueError(f"tensor '{name}': holds NaN or Inf; weights must be finite")
-    t = t.to(torch.float32).to(dtype).contiguous()
+    t = t.to(torch.float32).to(dtype)
     if not torch.isfinite(t.to(torch.float32)).all():
         raise ValueError(f"tensor '{name}': a value overflows {dtype_name(dtype)} (|x| above its largest finite)")
-    if dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().astype("<i2").tobytes()
-    return t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
+    return _tensor_bytes(t)
 
 
-def decode(name: str, dtype: str, shape, raw: bytes) -> torch.Tensor:
-    """Bytes of a tensor -> a float32 torch tensor (exact for all three dtypes)."""
-    if dtype == "F32":
-        values = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-    elif dtype == "F16":
-        values = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-    elif dtype == "BF16":
-        values = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-    else:
+def decode(name: str, dtype: str, shape, raw) -> torch.Tensor:
+    """Bytes of a tensor -> a float32 torch tensor, exact for all three dtypes."""
+    if dtype not in DTYPES:
         raise ValueError(f"tensor '{name}': dtype {dtype} is not supported (weights must be F32, BF16 or F16)")
-    if not np.isfinite(values).all():
-        bad = int(np.flatnonzero(~np.isfinite(values))[0])
-        word = "NaN" if np.isnan(values[bad]) else "+Inf" if values[bad] > 0 else "-Inf"
+    torch_dtype, size = DTYPES[dtype]
+    raw = bytearray(raw)  # a fresh, aligned copy: data offsets need not be multiples of the element size
+    count = len(raw) // size
+    values = (torch.frombuffer(raw, dtype=torch_dtype, count=count) if count else torch.empty(0, dtype=torch_dtype))
+    values = values.to(torch.float32).clone()
+    finite = torch.isfinite(values)
+    if not finite.all():
+        bad = int((~finite).nonzero()[0])
+        word = "NaN" if torch.isnan(values[bad]) else "+Inf" if values[bad] > 0 else "-Inf"
         raise ValueError(f"tensor '{name}': element {bad} is {word}: weights must be finite")
-    return torch.from_numpy(values.copy()).reshape(tuple(shape))
+    return values.reshape(tuple(shape))
 
 
 def save(path: str, tensors: Dict[str, torch.Tensor], dtype: torch.dtype = torch.float32,
@@ -93,7 +101,7 @@ def load(path: str) -> Dict[str, torch.Tensor]:
     the file and the tensor for a malformed header, an unsupported dtype, a
     size that disagrees with the shape, or a NaN/Inf value."""
     with open(path, "rb") as f:
-        blob = f.read()
+        blob = bytearray(f.read())
     where = f"weights file '{path}': "
     if len(blob) < 8:
         raise ValueError(where + f"file of {len(blob)} bytes is shorter than the 8-byte header length")
@@ -101,7 +109,7 @@ def load(path: str) -> Dict[str, torch.Tensor]:
     if n > len(blob) - 8 or n > _MAX_HEADER_BYTES:
         raise ValueError(where + f"header length {n} runs past the end of the file ({len(blob)} bytes)")
     try:
-        header = json.loads(blob[8:8 + n].decode("utf-8"))
+        header = json.loads(bytes(blob[8:8 + n]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         header = None
     if not isinstance(header, dict):
@@ -137,7 +145,7 @@ def load(path: str) -> Dict[str, torch.Tensor]:
             raise ValueError(where + tensor + f"data_offsets cover {offsets[1] - offsets[0]} bytes, shape {shape} "
                              f"x {dtype} needs {need}")
         try:
-            out[name] = decode(name, dtype, shape, bytes(data[offsets[0]:offsets[1]]))
+            out[name] = decode(name, dtype, shape, data[offsets[0]:offsets[1]])
         except ValueError as e:
             raise ValueError(where + str(e)) from None
     return out
