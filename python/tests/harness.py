@@ -115,13 +115,13 @@ class Server:
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         # Connect after the ready line: a channel opened while the server is
         # still starting can sit in a connection attempt for seconds.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a CUDA start (context, warm-up) takes longer than a CPU one
         while "jagrank-server ready" not in self.log():
             if self.process.poll() is not None:
                 raise RuntimeError(f"jagrank-server exited with {self.process.returncode}:\n{self.log()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("jagrank-server not ready in 60 s:\n" + self.log())
+                raise RuntimeError("jagrank-server not ready in 180 s:\n" + self.log())
             time.sleep(0.02)
         from jagrank.client import Ranker
         self.ranker = Ranker(self.address, timeout_s=60)
