@@ -21,7 +21,7 @@ class TrainRoundTripTest(unittest.TestCase):
     def test_train_export_serve(self):
         harness.server_binary()
         with tempfile.TemporaryDirectory(prefix="jagrank_train_") as out:
-            run = subprocess.run([sys.executable, "-m", "jagrank.train_example", "--out", out, "--steps", "200",
+            run = subprocess.run([sys.executable, "-m", "jagrank.train_example", "--out", out, "--steps", "150",
                                   "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
             log = run.stdout.decode()
             self.assertEqual(run.returncode, 0, log)
