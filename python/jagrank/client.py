@@ -77,7 +77,10 @@ class Ranker:
         out = {}
         for field in info.DESCRIPTOR.fields:
             value = getattr(info, field.name)
-            out[field.name] = list(value) if field.label == field.LABEL_REPEATED else value
+            # Repeated fields are containers; newer protobuf runtimes (upb) drop
+            # FieldDescriptor.label, so tell them apart by the value.
+            repeated = not isinstance(value, (str, bytes, int, float, bool))
+            out[field.name] = list(value) if repeated else value
         return out
 
     def health(self, service: str = "", timeout_s: Optional[float] = None) -> str:
