@@ -1,4 +1,4 @@
-// jagrank-server: see DESIGN.md "Server". Flags override --config (which
+// jagrank-server: see README.md "Configuration". Flags override --config (which
 // defaults to the embedded config/server.yaml).
 #include <signal.h>
 #include <unistd.h>
