@@ -17,10 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "common/cuda_check.h"
 #include "kernels/dtype.h"
-#include "kernels/flash/flash_attention.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

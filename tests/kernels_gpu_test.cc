@@ -19,16 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype.h"
-#include "kernels/embedding_bag.h"
-#include "kernels/history_gather.h"
-#include "kernels/interaction.h"
-#include "kernels/jagrank_c.h"
-#include "kernels/linear.h"
-#include "kernels/padded.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/interaction/interaction.h"
+#include "kernels/c_api/jagrank_c.h"
+#include "kernels/linear/linear.h"
+#include "kernels/layout/layout.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

@@ -1,0 +1,28 @@
+// Launcher of the Hopper (wgmma) flash attention kernel declared in
+// flash_launch.h. Included by the sm_90a instantiation files only.
+#ifndef JAGRANK_KERNELS_ATTENTION_FLASH_WGMMA_LAUNCH_CUH_
+#define JAGRANK_KERNELS_ATTENTION_FLASH_WGMMA_LAUNCH_CUH_
+
+#include "kernels/attention/flash_launch.cuh"
+#include "kernels/attention/flash_traits.h"
+#include "kernels/attention/flash_wgmma_kernel.cuh"
+
+namespace jagrank {
+namespace flash {
+
+template <typename Traits>
+Status LaunchFlashWgmmaKernel(const AttentionParams& params, cudaStream_t stream, const int* maybe_order) {
+  return LaunchFlashTiles<Traits>(&FlashAttentionWgmmaKernel<Traits>, "FlashAttentionWgmmaKernel", params, stream,
+                                  maybe_order);
+}
+
+template <int kHeadDim, bool kLongKeys>
+Status LaunchFlashSm90(const AttentionParams& params, cudaStream_t stream) {
+  static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm90, kHeadDim), "no long-keys tile here");
+  return LaunchScheduled(params, stream, &LaunchFlashWgmmaKernel<FlashWgmmaTraits<kHeadDim, kLongKeys>>);
+}
+
+}  // namespace flash
+}  // namespace jagrank
+
+#endif  // JAGRANK_KERNELS_ATTENTION_FLASH_WGMMA_LAUNCH_CUH_
