@@ -55,7 +55,7 @@ esac
 # wire protocol over nghttp2, server/h2_frontend.h) and the loadgen calls
 # that. FRONTEND=grpc: the loadgen calls the server's main port (gRPC C++),
 # which bounded every strategy at ~150-200k calls/s on the H200 host
-# (session 11 call 1: jagged 154k there, 353-364k on h2).
+# (jagged 154k there, 353-364k on h2).
 case ${FRONTEND:-h2} in
   grpc) LOAD_TARGET=$GRPC_TARGET FRONTEND_FLAGS=() ;;
   h2) LOAD_TARGET=$H2_TARGET FRONTEND_FLAGS=(--h2-address "$H2_TARGET") ;;
@@ -74,14 +74,14 @@ SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidate
 # LOADGEN_ENGINE (default nghttp2): the load generator's client. nghttp2
 # speaks gRPC's wire format over libnghttp2 and took ~1-2 cores where gRPC
 # C++'s client (grpc) took 4.6 at ~160k calls/s on the H200 host, cores
-# the server shares (session 10, call 1). LOADGEN_CHANNELS HTTP/2
+# the server shares. LOADGEN_CHANNELS HTTP/2
 # connections (default 32), LOADGEN_CLIENT_THREADS event loops or
 # completion-queue threads (default 8). Closed loop, nghttp2 on 8
-# connections gave a little more QPS for less CPU (session 10 call 2: 175k
-# against 163-170k on 32, 118k on 128; run N used 8), but 8 x 128 streams
+# connections gave a little more QPS for less CPU (175k against 163-170k on
+# 32, 118k on 128), but 8 x 128 streams
 # cap the server at 1,024 calls in flight, and the open loop's bursts then
 # queue in the client. gRPC's client needs many: 8 x 4 gave 97k and 32 x 8
-# 121k at c1024 (session 4, call 8).
+# 121k at c1024.
 LOADGEN_ENGINE=${LOADGEN_ENGINE:-nghttp2}
 LOADGEN_FLAGS=(--engine "$LOADGEN_ENGINE" --channels "${LOADGEN_CHANNELS:-32}"
                --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024

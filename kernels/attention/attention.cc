@@ -74,11 +74,12 @@ void ZeroRows(const AttentionParams& p, int b, int h, float* o) {
 // calls fought OpenBLAS's own pool (B=64, N=1024, H=2, dh=32: 256 ms on one
 // thread, 3530 ms on two) and used hand-tiled products instead: on the same
 // shape, one thread, they ran at 48 GFLOP/s (355 ms), the sgemm path at 71
-// with OpenBLAS's AVX2 kernels and 100 with its AVX-512 ones (2-core box,
-// session 8). The softmax uses GCC vector types (8 floats; on the baseline
-// target they lower to SSE pairs) and is compiled twice, for x86-64-v3
-// (AVX2+FMA, dispatched on features, unlike arch=haswell which checks the
-// CPU model) and baseline x86-64. Leaving it to the auto-vectoriser gave
+// with OpenBLAS's AVX2 kernels and 100 with its AVX-512 ones (2-core box).
+// The softmax uses GCC vector types (8 floats; on the baseline
+// target they lower to SSE pairs) and is compiled twice, for the x86-64
+// AVX2+FMA level (dispatched on features, unlike arch=haswell which checks
+// the CPU model) and baseline x86-64 (JAGRANK_TARGET_CLONES, cpu_common.h: one
+// version in sanitizer builds). Leaving it to the auto-vectoriser gave
 // shuffle-heavy code 10x slower.
 typedef float Vec8 __attribute__((vector_size(32)));
 typedef int32_t Vec8i __attribute__((vector_size(32)));

@@ -66,6 +66,12 @@ inline constexpr int kFlashSupportedHeadDims[] = {32, 64, 128};
 // the launch fails.
 Status JaggedAttentionCuda(const AttentionParams& params, cudaStream_t stream);
 
+// Whether JaggedAttentionCuda may run the Hopper (wgmma) kernels on the
+// current device: the build has them (CUDA architectures naming 90) and the
+// device has compute capability 9.0. The bf16 kernel of a batch is then
+// flash::ChooseFlashKernel(FlashWgmmaAvailable(), ...) (flash_tile_size.h).
+bool FlashWgmmaAvailable();
+
 // Padded dense attention: per head, a cuBLAS strided-batched GEMM writes the
 // scaled scores S = scale Q K^T [B, H, Nq, Nk] (fp32) into params.workspace, a
 // masked-softmax kernel turns them into P in place (bf16 inputs: P is stored

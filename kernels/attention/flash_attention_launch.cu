@@ -94,23 +94,13 @@ bool CurrentDeviceIsSm90() {
 }
 #endif
 
-// True when the wgmma kernels can run: the build has them (sm_90a objects)
-// and the current device has compute capability 9.0.
-bool WgmmaAvailable() {
-#if JAGRANK_FLASH_WGMMA
-  return CurrentDeviceIsSm90();
-#else
-  return false;
-#endif
-}
-
 // The bf16 kernel ChooseFlashKernel names, among the compiled instantiations.
 template <int kHeadDim>
 Status LaunchBf16(const AttentionParams& params, cudaStream_t stream) {
   using flash::FlashArch;
   using flash::FlashHasLongKeysTile;
   const flash::FlashKernel kernel =
-      flash::ChooseFlashKernel(WgmmaAvailable(), kHeadDim, params.max_q_len, params.max_k_len);
+      flash::ChooseFlashKernel(FlashWgmmaAvailable(), kHeadDim, params.max_q_len, params.max_k_len);
 #if JAGRANK_FLASH_WGMMA
   if (kernel.arch == FlashArch::kSm90) {
     if constexpr (FlashHasLongKeysTile(FlashArch::kSm90, kHeadDim)) {
@@ -126,6 +116,14 @@ Status LaunchBf16(const AttentionParams& params, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool FlashWgmmaAvailable() {
+#if JAGRANK_FLASH_WGMMA
+  return CurrentDeviceIsSm90();
+#else
+  return false;
+#endif
+}
 
 Status JaggedAttentionCuda(const AttentionParams& params, cudaStream_t stream) {
   // The head dim is checked first so that an unsupported one reads as such

@@ -1,9 +1,9 @@
 // Runtime head_dim / dtype -> compile-time template arguments, in one place.
-// Host-only; included by flash_attention.cu. The cases must match
-// kFlashSupportedHeadDims in flash_attention.h.
+// Host-only; included by flash_attention_launch.cu. The cases must match
+// kFlashSupportedHeadDims (attention.h; a static_assert below checks it).
 //
 //   return DispatchHeadDim(params.head_dim, [&](auto head_dim) {
-//     return LaunchFlashBf16<decltype(head_dim)::value>(params, stream);
+//     return LaunchBf16<decltype(head_dim)::value>(params, stream);
 //   });
 #ifndef JAGRANK_KERNELS_ATTENTION_FLASH_DISPATCH_H_
 #define JAGRANK_KERNELS_ATTENTION_FLASH_DISPATCH_H_
@@ -11,10 +11,15 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/dtype.h"
 #include "common/status.h"
+#include "kernels/attention/attention.h"
+#include "kernels/dtype.h"
 
 namespace jagrank {
+
+static_assert(sizeof(kFlashSupportedHeadDims) / sizeof(int) == 3 && kFlashSupportedHeadDims[0] == 32 &&
+                  kFlashSupportedHeadDims[1] == 64 && kFlashSupportedHeadDims[2] == 128,
+              "DispatchHeadDim's cases must be kFlashSupportedHeadDims");
 
 template <typename Fn>
 Status DispatchHeadDim(int head_dim, Fn&& fn) {
@@ -22,9 +27,12 @@ Status DispatchHeadDim(int head_dim, Fn&& fn) {
     case 32: return fn(std::integral_constant<int, 32>{});
     case 64: return fn(std::integral_constant<int, 64>{});
     case 128: return fn(std::integral_constant<int, 128>{});
-    default:
+    default: {
+      std::string supported;
+      for (int d : kFlashSupportedHeadDims) supported += (supported.empty() ? "" : ", ") + std::to_string(d);
       return Status::Unimplemented("head_dim " + std::to_string(head_dim) +
-                                   " is not supported by the CUDA attention (supported: 32, 64, 128)");
+                                   " is not supported by the CUDA attention (supported: " + supported + ")");
+    }
   }
 }
 

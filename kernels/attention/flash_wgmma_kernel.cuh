@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   }
 #else
-  __trap();  // compiled for sm_90a only (flash_sources.cmake); never launched elsewhere
+  __trap();  // compiled for sm_90a only (attention/CMakeLists.txt); never launched elsewhere
 #endif
 }
 

@@ -1,4 +1,4 @@
-// The C ABI of kernels/jagrank_c.h over the C++ launchers. Status -> int code
+// The C ABI of jagrank_c.h over the C++ launchers. Status -> int code
 // and a per-thread message; no C++ exception crosses the boundary.
 #include "kernels/c_api/jagrank_c.h"
 

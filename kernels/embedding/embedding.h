@@ -18,7 +18,7 @@ Status GatherRowsCpu(const GatherRowsParams& params);
 Status HistoryGatherCpu(const HistoryGatherParams& params);
 
 #if JAGRANK_WITH_CUDA
-// CUDA launchers (conventions of kernels/README: device pointers, work
+// CUDA launchers (conventions: kernels/cuda_ops.h; device pointers, work
 // enqueued on `stream`, device-side offsets and ids not read on the host).
 
 // Embedding bag sum, fp32 or bf16 table, fp32 out, float accumulation.

@@ -51,10 +51,10 @@ __device__ __forceinline__ int RequestOfCandidate(const int32_t* offsets, int nu
 // loads, writes x_r to the output row, and then each lane computes whole
 // dot products: lane j takes pairs j, j + 32, ..., so the 32 results of a
 // round are stored to 32 consecutive floats (95 us for 128 requests, ~36k
-// candidates, n = 9 on the H200). The earlier kernel ran one 128-thread block per candidate with one
-// warp per pair and a shuffle reduction: 225 us for 128 requests (~35k
-// candidates) on the H200, 37% of the jagged forward pass (ncu, session 6),
-// bound by block start-up and single-float stores, not by its 32 MB of traffic.
+// candidates, n = 9 on the H200). One 128-thread block per candidate with
+// one warp per pair and a shuffle reduction took 225 us there, 37% of the
+// jagged forward pass (ncu), bound by block start-up and single-float
+// stores, not by its 32 MB of traffic.
 __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKernel(const DotInteractionParams params) {
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32;
@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
 // per candidate (96 shuffles and 72 FMAs per lane and candidate); with the
 // request pairs once per request, 8 candidates per warp and one candidate
 // per butterfly: 29.7 us (events); two per butterfly with 16 per warp: 26.2
-// us (43.1 for the 36-pair kernel in the same call; a harness on ~31k
-// candidates, same call for both: 24.3 -> 19.1 us; bench/NOTES.md).
+// us (43.1 for the 36-pair kernel on the same inputs; 24.3 -> 19.1 us at
+// ~31k candidates in a harness; kernels/NOTES.md).
 struct InteractionRegisterTraits {
   static constexpr int kMaxRequestVectors = 8;  // x and at most 7 pooled features
   static constexpr int kMaxVectors = kMaxRequestVectors + 2;

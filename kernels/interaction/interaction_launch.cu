@@ -35,7 +35,7 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   if (n <= cuda::InteractionRegisterTraits::kMaxVectors) {
     // Candidate pairs: 2 (num_sparse + 1) + 1. Up to num_sparse = 6 they fit
     // in 16 partials and one butterfly takes two candidates; 16 candidates
-    // per warp (timed on the H200 against 2, 4 and 8: bench/NOTES.md).
+    // per warp (timed on the H200 against 2, 4 and 8: kernels/NOTES.md).
     using Traits = cuda::InteractionRegisterTraits;
     auto blocks_of = [&](int per_warp) {
       const int64_t per_block = static_cast<int64_t>(Traits::kWarps) * per_warp;
