@@ -119,6 +119,32 @@ __device__ __forceinline__ bool LocateFlashTile(const AttentionParams& p, const 
   return true;
 }
 
+// Rows of a sequence without valid keys are zeros: writes this CTA's rows of
+// a bf16 o in 16-byte chunks.
+template <int kHeadDim, int kThreads>
+__device__ __forceinline__ void StoreZeroRowsBf16(const AttentionParams& p, const FlashCtaWork& t) {
+  constexpr int kChunks = kHeadDim / 8;
+  __nv_bfloat16* o_tile = static_cast<__nv_bfloat16*>(p.o) + (t.q_start + t.m0) * p.o_row_stride + t.h * kHeadDim;
+  for (int i = threadIdx.x; i < t.rows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    *reinterpret_cast<uint4*>(o_tile + r * p.o_row_stride + c * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Online softmax of one row in the log2 domain: the row's reference max moves
+// to the tile's max (over the row's quad) when that exceeds it by more than
+// kThreshold (lazy rescaling; 0: whenever it grows). Returns 2^(old - new),
+// the factor of the row's accumulators, and sets *changed when the max moved.
+template <int kThreshold>
+__device__ __forceinline__ float UpdateRowMax(float tile_max, float scale_log2, float* row_max, bool* changed) {
+  const float seen_max = QuadMax(tile_max) * scale_log2;
+  const float new_max = seen_max > *row_max + kThreshold ? seen_max : *row_max;
+  const float alpha = FastExp2(*row_max - new_max);
+  *changed |= new_max != *row_max;
+  *row_max = new_max;
+  return alpha;
+}
+
 // ------------------------------------------------------- bf16 tensor-core kernel
 
 // bf16 (1, 8, 7 bits) 1.0 in both halves: the B operand of the row-sum MMA.
@@ -126,10 +152,17 @@ constexpr uint32_t kBf16x2One = 0x3f803f80u;
 
 // 2^x for two values at once on the special-function unit, rounded to bf16
 // on the way in and out (P is rounded to bf16 for the P V MMA anyway).
+// ex2.bf16x2 needs sm_90; sm_80-89 take two fp32 exponentials of the
+// bf16-rounded inputs (the tiles were measured on sm_90 only).
 __device__ __forceinline__ uint32_t FastExp2Bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  const __nv_bfloat162 x = __floats2bfloat162_rn(lo, hi);
+  return PackBf16x2(FastExp2(__low2float(x)), FastExp2(__high2float(x)));
+#else
   uint32_t y;
   asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(y) : "r"(PackBf16x2(lo, hi)));
   return y;
+#endif
 }
 
 // maybe_order (optional, [batch]): the sequences in the order their CTAs
@@ -159,13 +192,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int lane = tid % 32;
   __nv_bfloat16* o_tile = static_cast<__nv_bfloat16*>(p.o) + (q_start + m0) * p.o_row_stride + h * kD;
 
-  if (k_len <= 0) {  // no valid keys: the rows are zeros
-    for (int i = tid; i < rows * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      *reinterpret_cast<uint4*>(o_tile + r * p.o_row_stride + c * 8) = make_uint4(0, 0, 0, 0);
-    }
-    return;
-  }
+  if (k_len <= 0) return StoreZeroRowsBf16<kD, kThreads>(p, tile);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBlockM][kStride]
@@ -318,15 +345,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          // Lazy rescaling (kRescaleThreshold > 0): the reference max moves only
-          // when the tile's max exceeds it by more than the threshold.
-          const float seen_max = QuadMax(tile_max[r]) * scale_log2;
-          const float new_max =
-              seen_max > row_max[mt][r] + Traits::kRescaleThreshold ? seen_max : row_max[mt][r];
-          alpha[mt][r] = FastExp2(row_max[mt][r] - new_max);
-          max_changed |= new_max != row_max[mt][r];
-          row_max[mt][r] = new_max;
-          neg_max[mt][r] = -new_max;
+          alpha[mt][r] =
+              UpdateRowMax<Traits::kRescaleThreshold>(tile_max[r], scale_log2, &row_max[mt][r], &max_changed);
+          neg_max[mt][r] = -row_max[mt][r];
         }
       }
       // Rescale the accumulators only when some row of the warp found a new

@@ -26,21 +26,21 @@ inline float ScaleLog2(const AttentionParams& params) {
   return params.softmax_scale * 1.4426950408889634f;  // log2(e): exp(x) = 2^(x log2 e)
 }
 
-// A bf16 kernel: (params, scale_log2, maybe_order), Traits' block and
-// dynamic shared memory.
+// A bf16 kernel: (params, scale_log2, maybe_order).
 using FlashBf16KernelFn = void (*)(const AttentionParams, const float, const int*);
 
-template <typename Traits>
-Status LaunchFlashTiles(FlashBf16KernelFn kernel, const char* name, const AttentionParams& params,
-                        cudaStream_t stream, const int* maybe_order) {
+// Launches kKernel with Traits' block and dynamic shared memory; a
+// FlashOrderedLaunch.
+template <typename Traits, FlashBf16KernelFn kKernel>
+Status LaunchFlashTiles(const AttentionParams& params, cudaStream_t stream, const int* maybe_order) {
   const dim3 grid = FlashGrid(params, Traits::kBlockM);
   if (grid.x == 0) return Status::Ok();
   // Above 48 KiB of dynamic shared memory a kernel must opt in; cheap, so it
   // is done per call instead of caching per-device state.
   RETURN_IF_CUDA_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params), maybe_order);
-  return CudaLaunchStatus(name);
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  kKernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params), maybe_order);
+  return CudaLaunchStatus(Traits::kKernelName);
 }
 
 // Lower bound of the work (batch x heads x max_q_len x max_k_len x head_dim)
@@ -58,22 +58,20 @@ inline bool UseLongestFirst(const AttentionParams& params) {
   return params.batch > 1 && work_bound >= kLongestFirstMinWork;
 }
 
-// `launch` in longest-first order where UseLongestFirst, else in batch order.
-inline Status LaunchScheduled(const AttentionParams& params, cudaStream_t stream, FlashOrderedLaunch launch) {
-  if (UseLongestFirst(params)) return LaunchWithLongestFirstOrder(params, stream, launch);
-  return launch(params, stream, nullptr);
-}
-
-template <typename Traits>
-Status LaunchFlashBf16Kernel(const AttentionParams& params, cudaStream_t stream, const int* maybe_order) {
-  return LaunchFlashTiles<Traits>(&FlashAttentionBf16Kernel<Traits>, "FlashAttentionBf16Kernel", params, stream,
-                                  maybe_order);
+// kKernel in longest-first order where UseLongestFirst, else in batch order.
+template <typename Traits, FlashBf16KernelFn kKernel>
+Status LaunchFlashScheduled(const AttentionParams& params, cudaStream_t stream) {
+  if (UseLongestFirst(params)) {
+    return LaunchWithLongestFirstOrder(params, stream, &LaunchFlashTiles<Traits, kKernel>);
+  }
+  return LaunchFlashTiles<Traits, kKernel>(params, stream, nullptr);
 }
 
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm80(const AttentionParams& params, cudaStream_t stream) {
   static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm80, kHeadDim), "no long-keys tile here");
-  return LaunchScheduled(params, stream, &LaunchFlashBf16Kernel<FlashBf16Traits<kHeadDim, kLongKeys>>);
+  using Traits = FlashBf16Traits<kHeadDim, kLongKeys>;
+  return LaunchFlashScheduled<Traits, &FlashAttentionBf16Kernel<Traits>>(params, stream);
 }
 
 template <int kHeadDim>

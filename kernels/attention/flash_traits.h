@@ -23,6 +23,7 @@ constexpr int RescaleThreshold(bool packed_exp) { return packed_exp ? 0 : 8; }
 // shared memory, double-buffered with cp.async.
 template <int kHeadDim_, bool kLongKeys_>
 struct FlashBf16Traits {
+  static constexpr const char* kKernelName = "FlashAttentionBf16Kernel";
   static constexpr FlashTile kTile = FlashTileSize(FlashArch::kSm80, kHeadDim_, kLongKeys_);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kTile.warps;
@@ -65,6 +66,7 @@ struct FlashBf16Traits {
 // cp.async.
 template <int kHeadDim_, bool kLongKeys_>
 struct FlashWgmmaTraits {
+  static constexpr const char* kKernelName = "FlashAttentionWgmmaKernel";
   static constexpr FlashTile kTile = FlashTileSize(FlashArch::kSm90, kHeadDim_, kLongKeys_);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpGroups = kTile.warps;

@@ -215,13 +215,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int quad = lane % 4;
   __nv_bfloat16* o_tile = static_cast<__nv_bfloat16*>(p.o) + (q_start + m0) * p.o_row_stride + h * kD;
 
-  if (k_len <= 0) {  // no valid keys: the rows are zeros
-    for (int i = tid; i < rows * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      *reinterpret_cast<uint4*>(o_tile + r * p.o_row_stride + c * 8) = make_uint4(0, 0, 0, 0);
-    }
-    return;
-  }
+  if (k_len <= 0) return StoreZeroRowsBf16<kD, kThreads>(p, tile);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // Rounded up to 1024 bytes (kSmemBytes holds the slack): the descriptors'
@@ -396,15 +390,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     bool max_changed = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      // Lazy rescaling (kRescaleThreshold > 0): the reference max moves only
-      // when the tile's max exceeds it by more than the threshold.
-      const float seen_max = QuadMax(tile_max[r]) * scale_log2;
-      const float new_max =
-          seen_max > row_max[r] + Traits::kRescaleThreshold ? seen_max : row_max[r];
-      alpha[r] = FastExp2(row_max[r] - new_max);
-      max_changed |= new_max != row_max[r];
-      row_max[r] = new_max;
-      neg_max[r] = -new_max;
+      alpha[r] = UpdateRowMax<Traits::kRescaleThreshold>(tile_max[r], scale_log2, &row_max[r], &max_changed);
+      neg_max[r] = -row_max[r];
     }
     const bool rescale = __any_sync(0xffffffffu, max_changed);
     if (rescale) {

@@ -10,16 +10,11 @@
 namespace jagrank {
 namespace flash {
 
-template <typename Traits>
-Status LaunchFlashWgmmaKernel(const AttentionParams& params, cudaStream_t stream, const int* maybe_order) {
-  return LaunchFlashTiles<Traits>(&FlashAttentionWgmmaKernel<Traits>, "FlashAttentionWgmmaKernel", params, stream,
-                                  maybe_order);
-}
-
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm90(const AttentionParams& params, cudaStream_t stream) {
   static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm90, kHeadDim), "no long-keys tile here");
-  return LaunchScheduled(params, stream, &LaunchFlashWgmmaKernel<FlashWgmmaTraits<kHeadDim, kLongKeys>>);
+  using Traits = FlashWgmmaTraits<kHeadDim, kLongKeys>;
+  return LaunchFlashScheduled<Traits, &FlashAttentionWgmmaKernel<Traits>>(params, stream);
 }
 
 }  // namespace flash

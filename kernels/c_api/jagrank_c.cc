@@ -51,6 +51,16 @@ Status ToDType(int32_t value, const char* field, DType* out) {
   }
 }
 
+// q, k, v, o as contiguous [T, row_stride] tensors.
+void SetContiguousAttention(const void* q, const void* k, const void* v, void* o, int64_t row_stride,
+                            AttentionParams* params) {
+  params->q = q;
+  params->k = k;
+  params->v = v;
+  params->o = o;
+  params->q_row_stride = params->k_row_stride = params->v_row_stride = params->o_row_stride = row_stride;
+}
+
 }  // namespace
 }  // namespace jagrank
 
@@ -83,15 +93,7 @@ int jagrank_jagged_self_attention(const void* q, const void* k, const void* v, v
   return jagrank::Call("jagrank_jagged_self_attention", [&] {
     jagrank::AttentionParams params = {};
     RETURN_IF_ERROR(jagrank::ToDType(dtype, "dtype", &params.dtype));
-    const int64_t row_stride = int64_t{num_heads} * head_dim;
-    params.q = q;
-    params.k = k;
-    params.v = v;
-    params.o = o;
-    params.q_row_stride = row_stride;
-    params.k_row_stride = row_stride;
-    params.v_row_stride = row_stride;
-    params.o_row_stride = row_stride;
+    jagrank::SetContiguousAttention(q, k, v, o, int64_t{num_heads} * head_dim, &params);
     params.q_offsets = offsets;
     params.k_offsets = offsets;
     params.batch = batch;
@@ -111,14 +113,7 @@ int jagrank_jagged_target_attention(const void* q, const int32_t* candidate_offs
   return jagrank::Call("jagrank_jagged_target_attention", [&] {
     jagrank::AttentionParams params = {};
     RETURN_IF_ERROR(jagrank::ToDType(dtype, "dtype", &params.dtype));
-    params.q = q;
-    params.k = z;
-    params.v = z;
-    params.o = o;
-    params.q_row_stride = dim;
-    params.k_row_stride = dim;
-    params.v_row_stride = dim;
-    params.o_row_stride = dim;
+    jagrank::SetContiguousAttention(q, z, z, o, dim, &params);
     params.q_offsets = candidate_offsets;
     params.k_offsets = history_offsets;
     params.batch = batch;
