@@ -1,5 +1,5 @@
 // EmbeddingBagCpu, GatherRowsCpu, HistoryGatherCpu against double references
-// written here from DESIGN.md steps 2, 3 and 5.
+// written here from docs/model.md steps 2, 3 and 5.
 #include <gtest/gtest.h>
 
 #include <cstdint>

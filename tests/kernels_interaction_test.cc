@@ -1,4 +1,4 @@
-// DotInteractionCpu against a double reference of DESIGN.md step 7, and
+// DotInteractionCpu against a double reference of docs/model.md step 7, and
 // DotInteractionSplitCpu against DotInteractionCpu.
 #include <gtest/gtest.h>
 
