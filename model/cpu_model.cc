@@ -9,13 +9,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/cpu_thread_pool.h"
-#include "kernels/embedding_bag.h"
-#include "kernels/history_gather.h"
-#include "kernels/interaction.h"
-#include "kernels/linear.h"
-#include "kernels/padded.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/interaction/interaction.h"
+#include "kernels/layout/layout.h"
+#include "kernels/linear/linear.h"
 #include "model/backends.h"
 #include "model/forward.h"
 

@@ -27,9 +27,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/flash/flash_attention.h"
 #include "model/backends.h"
-#include "model/cuda_elementwise.h"
 #include "model/cuda_resources.h"
 #include "model/forward.h"
 

@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
-#include "kernels/embedding_bag.h"
-#include "kernels/history_gather.h"
+#include "kernels/embedding/embedding.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/interaction.h"
+#include "kernels/interaction/interaction.h"
 #include "tests/test_util.h"
 
 namespace jagrank {
