@@ -33,10 +33,6 @@ inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
 // CUDA and one is usable, the CPU otherwise).
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out);
 
-// config/server.yaml as it was at build time (the default of --config).
-// The embedded model config is model/config.h's DefaultModelConfig().
-const char* EmbeddedServerYaml();
-
 class JagrankServer {
  public:
   // Starts listening on config.grpc_address with health NOT_SERVING, loads
