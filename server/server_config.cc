@@ -39,6 +39,10 @@ struct InBatching {
   T& operator()(ServerConfig& c) const { return c.batching.*member; }
   const T& operator()(const ServerConfig& c) const { return c.batching.*member; }
 };
+template <typename T>
+Top<T> Member(T ServerConfig::*member) { return {member}; }
+template <typename T>
+InBatching<T> Member(T BatchingConfig::*member) { return {member}; }
 
 using TextCheck = std::function<Status(const std::string& label, const std::string& value)>;
 
@@ -61,7 +65,8 @@ Status CheckRange(const std::string& label, int64_t value, int64_t lo, int64_t h
                  "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
-// A whole number in [lo, hi].
+// A whole number in [lo, hi]; `cuda_default` (YAML text) replaces the
+// struct's default on a CUDA device.
 template <typename Field>
 Knob Int(const char* key, Field field, int64_t lo, int64_t hi, const char* help, const char* cuda_default = "") {
   Knob k;
@@ -175,52 +180,52 @@ const std::vector<Knob>& Knobs() {
   using S = ServerConfig;
   using B = BatchingConfig;
   static const std::vector<Knob> kKnobs = {
-      Text("grpc_address", Top<std::string>{&S::grpc_address}, GrpcAddress,
+      Text("grpc_address", Member(&S::grpc_address), GrpcAddress,
            "gRPC listener: host:port (port 0 = any free port) or unix:/path"),
-      Text("metrics_address", Top<std::string>{&S::metrics_address}, MetricsAddress,
+      Text("metrics_address", Member(&S::metrics_address), MetricsAddress,
            "Prometheus /metrics and the status page, host:port; '' = off"),
-      Text("device", Top<std::string>{&S::device}, DeviceName,
+      Text("device", Member(&S::device), DeviceName,
            "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N"),
-      Text("precision", Top<std::string>{&S::precision}, OneOf({"auto", "fp32", "bf16"}),
+      Text("precision", Member(&S::precision), OneOf({"auto", "fp32", "bf16"}),
            "CUDA numerics: bf16 (bf16 tables and attention, TF32 GEMMs) | fp32 (float32 throughout) | "
            "auto (bf16); checked but ignored on the CPU"),
-      Text("model_config", Top<std::string>{&S::model_config}, AnyText,
+      Text("model_config", Member(&S::model_config), AnyText,
            "model YAML; '' = the embedded config/model.yaml"),
-      Text("model_weights", Top<std::string>{&S::model_weights}, AnyText,
+      Text("model_weights", Member(&S::model_weights), AnyText,
            "safetensors weights; '' = deterministic random weights from the model config's seed"),
-      Text("attention", Top<std::string>{&S::attention}, OneOf({"jagged", "padded_flash", "padded_dense"}),
+      Text("attention", Member(&S::attention), OneOf({"jagged", "padded_flash", "padded_dense"}),
            "attention strategy: jagged | padded_flash | padded_dense"),
-      Int("cpu_threads", Top<int>{&S::cpu_threads}, 0, 4096,
+      Int("cpu_threads", Member(&S::cpu_threads), 0, 4096,
           "CPU backend threads (every kernel, GEMMs included); 0 = all cores"),
-      Int("grpc_max_concurrent_streams", Top<int>{&S::grpc_max_concurrent_streams}, 0, 1 << 20,
+      Int("grpc_max_concurrent_streams", Member(&S::grpc_max_concurrent_streams), 0, 1 << 20,
           "calls open at once per client connection (more wait in the client); 0 = no limit"),
-      Text("grpc_channel_args", Top<std::string>{&S::grpc_channel_args}, ChannelArgs,
+      Text("grpc_channel_args", Member(&S::grpc_channel_args), ChannelArgs,
            "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers); '' = none"),
-      Int("max_candidates_per_request", Top<int>{&S::max_candidates_per_request}, 1, kMaxInt,
+      Int("max_candidates_per_request", Member(&S::max_candidates_per_request), 1, kMaxInt,
           "more candidates in a request -> INVALID_ARGUMENT"),
-      Int("max_request_bytes", Top<int64_t>{&S::max_request_bytes}, 1, kMaxInt,
+      Int("max_request_bytes", Member(&S::max_request_bytes), 1, kMaxInt,
           "larger serialized RankRequest -> INVALID_ARGUMENT"),
-      Int("grpc_max_receive_message_bytes", Top<int64_t>{&S::grpc_max_receive_message_bytes}, 1, kMaxInt,
+      Int("grpc_max_receive_message_bytes", Member(&S::grpc_max_receive_message_bytes), 1, kMaxInt,
           "gRPC's receive cap, >= max_request_bytes (gRPC answers RESOURCE_EXHAUSTED above it)"),
-      Int("drain_timeout_ms", Top<int64_t>{&S::drain_timeout_ms}, 1, kHourMs,
+      Int("drain_timeout_ms", Member(&S::drain_timeout_ms), 1, kHourMs,
           "on SIGTERM, accepted requests get this long to finish; then what is left is cancelled"),
-      Int("drain_linger_ms", Top<int64_t>{&S::drain_linger_ms}, 0, kHourMs,
+      Int("drain_linger_ms", Member(&S::drain_linger_ms), 0, kHourMs,
           "after the drain, keep answering UNAVAILABLE this long before closing the listener"),
-      Text("log_level", Top<std::string>{&S::log_level}, OneOf({"trace", "debug", "info", "warn", "error"}),
+      Text("log_level", Member(&S::log_level), OneOf({"trace", "debug", "info", "warn", "error"}),
            "trace | debug | info | warn | error"),
-      Int("batching.max_queue_delay_us", InBatching<int64_t>{&B::max_queue_delay_us}, 0, kHourUs,
+      Int("batching.max_queue_delay_us", Member(&B::max_queue_delay_us), 0, kHourUs,
           "the oldest queued request waits at most this long for its batch", "1000"),
-      Bool("batching.dispatch_when_idle", InBatching<bool>{&B::dispatch_when_idle},
+      Bool("batching.dispatch_when_idle", Member(&B::dispatch_when_idle),
            "also close a batch at once when the executor has none waiting to run"),
-      Int("batching.max_batch_requests", InBatching<int>{&B::max_batch_requests}, 1, kMaxInt,
+      Int("batching.max_batch_requests", Member(&B::max_batch_requests), 1, kMaxInt,
           "budget: requests per batch", "512"),
-      Int("batching.max_batch_candidates", InBatching<int64_t>{&B::max_batch_candidates}, 1, INT64_MAX,
+      Int("batching.max_batch_candidates", Member(&B::max_batch_candidates), 1, INT64_MAX,
           "budget: candidate rows per batch", "65536"),
-      Int("batching.max_batch_history_tokens", InBatching<int64_t>{&B::max_batch_history_tokens}, 1, INT64_MAX,
+      Int("batching.max_batch_history_tokens", Member(&B::max_batch_history_tokens), 1, INT64_MAX,
           "budget: kept history ids per batch", "1048576"),
-      Int("batching.max_batch_attention_cost", InBatching<int64_t>{&B::max_batch_attention_cost}, 1, INT64_MAX,
+      Int("batching.max_batch_attention_cost", Member(&B::max_batch_attention_cost), 1, INT64_MAX,
           "budget: attention work per batch (jagged: sum of L^2; padded: requests x (max L)^2)", "1073741824"),
-      Int("batching.max_queue_requests", InBatching<int>{&B::max_queue_requests}, 1, kMaxInt,
+      Int("batching.max_queue_requests", Member(&B::max_queue_requests), 1, kMaxInt,
           "queued requests; more -> RESOURCE_EXHAUSTED at once", "8192"),
   };
   return kKnobs;
@@ -298,7 +303,11 @@ const std::vector<ServerConfigKey>& ServerConfigKeys() {
   return kKeys;
 }
 
-Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
+namespace {
+
+// ParseServerConfig without the checks between keys (flags may still change
+// the keys involved).
+Status ParseServerYaml(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -312,6 +321,27 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenK
     std::set<std::string> seen;
     RETURN_IF_ERROR(ParseMap(root, "", &config, &keys, &seen));
   }
+  *out = config;
+  *given = keys;
+  return Status::Ok();
+}
+
+Status LoadServerYaml(const std::string& path, ServerConfig* out, GivenKeys* given) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("server config file '" + path + "' cannot be opened");
+  std::stringstream text;
+  text << in.rdbuf();
+  Status s = ParseServerYaml(text.str(), out, given);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
+  ServerConfig config;
+  GivenKeys keys;
+  RETURN_IF_ERROR(ParseServerYaml(yaml_text, &config, &keys));
   RETURN_IF_ERROR(ValidateServerConfig(config));
   *out = config;
   if (given != nullptr) *given = keys;
@@ -319,12 +349,13 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenK
 }
 
 Status LoadServerConfig(const std::string& path, ServerConfig* out, GivenKeys* given) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("server config file '" + path + "' cannot be opened");
-  std::stringstream text;
-  text << in.rdbuf();
-  Status s = ParseServerConfig(text.str(), out, given);
+  ServerConfig config;
+  GivenKeys keys;
+  RETURN_IF_ERROR(LoadServerYaml(path, &config, &keys));
+  Status s = ValidateServerConfig(config);
   if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  *out = config;
+  if (given != nullptr) *given = keys;
   return Status::Ok();
 }
 
@@ -363,9 +394,9 @@ Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* out) {
     return Status::Ok();
   }
   if (flags.IsSet("config")) {
-    RETURN_IF_ERROR(LoadServerConfig(config_path, &out->config, &out->given_keys));
+    RETURN_IF_ERROR(LoadServerYaml(config_path, &out->config, &out->given_keys));
   } else {
-    Status s = ParseServerConfig(EmbeddedServerYaml(), &out->config, &out->given_keys);
+    Status s = ParseServerYaml(EmbeddedServerYaml(), &out->config, &out->given_keys);
     if (!s.ok()) return Status(s.code(), "embedded config/server.yaml: " + s.message());
   }
   for (size_t i = 0; i < knobs.size(); ++i) {

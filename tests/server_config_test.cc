@@ -193,6 +193,22 @@ TEST(ServerConfigTest, EachBadValueIsRefusedNamingItsKey) {
   }
 }
 
+// The keepalive settings are no keys of their own: they have defaults, and
+// grpc_channel_args may set them.
+TEST(ServerConfigTest, KeepaliveComesFromChannelArgs) {
+  ServerConfig c;
+  Status s = ParseServerConfig("grpc_channel_args: grpc.keepalive_time_ms=60000,grpc.keepalive_timeout_ms=5000\n", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::set<std::string> defaults;
+  for (const GrpcDefaultChannelArg& arg : ServerDefaultGrpcChannelArgs()) defaults.insert(arg.name);
+  EXPECT_EQ(defaults, (std::set<std::string>{"grpc.keepalive_time_ms", "grpc.keepalive_timeout_ms",
+                                             "grpc.keepalive_permit_without_calls",
+                                             "grpc.http2.min_ping_interval_without_data_ms"}));
+  for (const ReservedGrpcChannelArg& reserved : ServerReservedGrpcChannelArgs()) {
+    EXPECT_EQ(defaults.count(reserved.name), 0u) << reserved.name;
+  }
+}
+
 TEST(ServerConfigTest, UnknownAndRepeatedKeysAreRefusedNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
       {"max_queue_delay: 5\n", "unknown key 'max_queue_delay'"},

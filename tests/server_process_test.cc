@@ -391,6 +391,10 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
 
   StartServer({"--grpc-channel-args", "grpc.http2.bdp_probe=0"}, "unix:" + dir_ + "/jagrank.sock");
   EXPECT_NE(ReadFile(dir_ + "/server.log").find("grpc_channel_args=grpc.http2.bdp_probe=0"), std::string::npos);
+  // A second server on the same socket path is refused (gRPC would unlink
+  // the path and take it over).
+  EXPECT_EQ(RunServerToExit("--metrics-address '' --grpc-address " + address_, &out), 1) << out;
+  EXPECT_NE(out.find("grpc_address '" + address_ + "': address already in use"), std::string::npos) << out;
 
   const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
                            " --concurrency 2 --duration-s 0.5 --warmup-s 0.1 --candidates-min 5 --candidates-max 20"
