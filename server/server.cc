@@ -26,10 +26,7 @@ Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, c
     RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
   }
   ModelOptions options;
-  options.device = device;
-  options.cpu_threads = config.cpu_threads;
-  options.cuda_bf16 = config.precision != "fp32";  // auto and bf16
-  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  RETURN_IF_ERROR(MakeModelOptions(config, device, &options));
   return Model::Create(model_config, std::move(weights), options, out);
 }
 
@@ -49,6 +46,16 @@ std::vector<v1::RankRequest> WarmupRequests(const ModelConfig& c) {
 }
 
 }  // namespace
+
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out) {
+  ModelOptions options;
+  options.device = device;
+  options.cpu_threads = config.cpu_threads;
+  options.cuda_bf16 = config.precision != "fp32";  // auto and bf16
+  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  *out = options;
+  return Status::Ok();
+}
 
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
   ModelConfig model_config;

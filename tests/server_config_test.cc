@@ -10,6 +10,7 @@
 #include "common/flags.h"
 #include "model/config.h"
 #include "server/grpc_status.h"
+#include "server/server.h"
 #include "server/server_config.h"
 
 namespace jagrank {
@@ -323,6 +324,21 @@ TEST(ServerConfigTest, DeviceAwareBatchDefaults) {
   Status s = ResolveServerConfig(cmd.given_keys, no_gpu, &c);
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(s.message().find("key 'device' = 'cuda:1': no usable CUDA device"), std::string::npos) << s.message();
+}
+
+// precision reaches the CUDA backend's options (the CPU ignores them).
+TEST(ServerConfigTest, PrecisionSetsTheCudaNumerics) {
+  const std::pair<const char*, bool> cases[] = {{"fp32", false}, {"bf16", true}, {"auto", true}};
+  for (const auto& [precision, bf16] : cases) {
+    ServerCommandLine cmd;
+    ASSERT_TRUE(ParseArgs({"--precision", precision, "--attention", "padded_flash", "--cpu-threads", "3"}, &cmd).ok());
+    ModelOptions options;
+    ASSERT_TRUE(MakeModelOptions(cmd.config, "cuda:0", &options).ok());
+    EXPECT_EQ(options.cuda_bf16, bf16) << precision;
+    EXPECT_EQ(options.device, "cuda:0");
+    EXPECT_EQ(options.attention, AttentionStrategy::kPaddedFlash);
+    EXPECT_EQ(options.cpu_threads, 3);
+  }
 }
 
 TEST(ServerConfigTest, CheckFilesNamesTheKeyAndThePath) {
