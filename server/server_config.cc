@@ -264,22 +264,27 @@ Status SetKnob(const Knob& knob, const std::string& label, const std::string& te
 Status ParseMap(const YAML::Node& map, const std::string& prefix, ServerConfig* config, GivenKeys* given,
                 std::set<std::string>* seen) {
   for (const auto& kv : map) {
-    if (!kv.first.IsScalar()) return Status::InvalidArgument("server config: a key under '" + prefix + "' is not a name");
+    if (!kv.first.IsScalar()) {
+      return Status::InvalidArgument("server config: a key under '" + prefix + "' is not a name");
+    }
     const std::string key = prefix + kv.first.Scalar();
     if (!seen->insert(key).second) {
       return Status::InvalidArgument("server config: key '" + key + "' appears twice");
     }
     const YAML::Node& value = kv.second;
-    if (value.IsMap()) {
-      bool is_section = false;
-      for (const Knob& k : Knobs()) is_section |= k.key.rfind(key + ".", 0) == 0;
-      if (!is_section) return Status::InvalidArgument("server config: unknown key '" + key + "'");
+    bool is_section = false;
+    for (const Knob& k : Knobs()) is_section |= k.key.rfind(key + ".", 0) == 0;
+    if (is_section) {
+      if (value.IsNull()) continue;  // `batching:` with nothing under it
+      if (!value.IsMap()) return Status::InvalidArgument(KeyLabel(key) + ": must be a map of keys");
       RETURN_IF_ERROR(ParseMap(value, key + ".", config, given, seen));
       continue;
     }
     const Knob* knob = FindKnob(key);
     if (knob == nullptr) return Status::InvalidArgument("server config: unknown key '" + key + "'");
-    if (value.IsSequence()) return Problem(KeyLabel(key), "[...]", "must be a single value, not a list");
+    if (!value.IsScalar() && !value.IsNull()) {
+      return Status::InvalidArgument(KeyLabel(key) + ": must be a single value");
+    }
     // `key:` with nothing, or `~`: the empty value.
     const std::string text = value.IsNull() ? "" : value.Scalar();
     RETURN_IF_ERROR(SetKnob(*knob, KeyLabel(key), text, config, given));
@@ -288,22 +293,6 @@ Status ParseMap(const YAML::Node& map, const std::string& prefix, ServerConfig* 
 }
 
 std::string ShownValue(const std::string& text) { return text.empty() ? "''" : text; }
-
-}  // namespace
-
-const std::vector<ServerConfigKey>& ServerConfigKeys() {
-  static const std::vector<ServerConfigKey> kKeys = [] {
-    std::vector<ServerConfigKey> keys;
-    const ServerConfig defaults;
-    for (const Knob& k : Knobs()) {
-      keys.push_back({k.key, FlagName(k.key), k.help, k.get(defaults), k.cuda_default, k.is_bool});
-    }
-    return keys;
-  }();
-  return kKeys;
-}
-
-namespace {
 
 // ParseServerConfig without the checks between keys (flags may still change
 // the keys involved).
@@ -336,7 +325,21 @@ Status LoadServerYaml(const std::string& path, ServerConfig* out, GivenKeys* giv
   return Status::Ok();
 }
 
+
 }  // namespace
+
+const std::vector<ServerConfigKey>& ServerConfigKeys() {
+  static const std::vector<ServerConfigKey> kKeys = [] {
+    std::vector<ServerConfigKey> keys;
+    const ServerConfig defaults;
+    for (const Knob& k : Knobs()) {
+      keys.push_back({k.key, FlagName(k.key), k.help, k.get(defaults), k.cuda_default, k.is_bool});
+    }
+    return keys;
+  }();
+  return kKeys;
+}
+
 
 Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
   ServerConfig config;
@@ -483,7 +486,7 @@ std::string ServerConfigSummary(const ServerConfig& c, const GivenKeys& given) {
     if (!k.cuda_default.empty() && !given.count(k.key)) defaulted += (defaulted.empty() ? "" : ",") + k.key;
   }
   const char* device_kind = c.device == "auto" ? "unresolved" : c.device == "cpu" ? "cpu" : "cuda";
-  s << "device_defaults=" << (defaulted.empty() ? std::string("none") : std::string(device_kind) + "(" + defaulted + ")");
+  s << "device_defaults=" << (defaulted.empty() ? "none" : device_kind + ("(" + defaulted + ")"));
   return s.str();
 }
 

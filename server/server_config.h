@@ -53,7 +53,7 @@ struct ServerConfig {
   int64_t max_request_bytes = 4LL << 20;         // serialized RankRequest; more -> INVALID_ARGUMENT
   int64_t grpc_max_receive_message_bytes = 16LL << 20;  // transport cap; above it gRPC answers RESOURCE_EXHAUSTED
   int64_t drain_timeout_ms = 30000;              // drain longer than this: cancel what is left
-  int64_t drain_linger_ms = 300;                 // after the accepted work is done, keep answering UNAVAILABLE this long
+  int64_t drain_linger_ms = 300;                 // then keep answering UNAVAILABLE this long before closing
   std::string log_level = "info";                // trace | debug | info | warn | error
   BatchingConfig batching;
 };

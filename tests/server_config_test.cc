@@ -222,10 +222,12 @@ TEST(ServerConfigTest, UnknownAndRepeatedKeysAreRefusedNamingTheKey) {
       {"warmup_batches: 2\n", "unknown key 'warmup_batches'"},
       // yaml-cpp keeps both entries of a repeated key; the later one would win.
       {"grpc_address: 127.0.0.1:1\nlog_level: info\ngrpc_address: 127.0.0.1:2\n", "key 'grpc_address' appears twice"},
-      {"batching:\n  max_batch_requests: 8\n  max_batch_requests: 9\n", "key 'batching.max_batch_requests' appears twice"},
+      {"batching:\n  max_batch_requests: 8\n  max_batch_requests: 9\n",
+       "key 'batching.max_batch_requests' appears twice"},
       {"batching:\n  max_batch_requests: 8\nbatching:\n  max_queue_requests: 9\n", "key 'batching' appears twice"},
-      {"attention: [jagged]\n", "must be a single value"},
-      {"batching: 3\n", "unknown key 'batching'"},
+      {"attention: [jagged]\n", "key 'attention': must be a single value"},
+      {"batching: 3\n", "key 'batching': must be a map of keys"},
+      {"log_level:\n  level: info\n", "key 'log_level': must be a single value"},
       {"- a\n- b\n", "top level must be a map"},
   };
   for (const auto& [yaml, says] : cases) {
