@@ -73,8 +73,8 @@ Status MakeBatches(const ModelConfig& config, const Options& o, std::vector<Batc
   *history_tokens = 0;
   out->assign(o.batches, Batch());
   for (Batch& batch : *out) {
-    batch.Reset(num_sparse);
-    for (int r = 0; r < o.requests_per_batch; ++r) {
+    std::vector<RankInput> inputs(o.requests_per_batch);
+    for (RankInput& input : inputs) {
       std::vector<float> dense(config.num_dense_features);
       for (float& v : dense) v = dense_value(rng);
       std::vector<std::vector<int64_t>> sparse(num_sparse);
@@ -86,14 +86,11 @@ Status MakeBatches(const ModelConfig& config, const Options& o, std::vector<Batc
       for (int64_t& id : history) id = item(rng);
       std::vector<int64_t> items(num_candidates(rng));
       for (int64_t& id : items) id = item(rng);
-      RequestFeatures request;
-      request.dense = dense.data();
-      request.num_dense = dense.size();
-      for (const auto& ids : sparse) request.sparse.push_back({ids.data(), ids.size()});
-      request.history = {history.data(), history.size()};
-      request.candidates = {items.data(), items.size()};
-      RETURN_IF_ERROR(AppendRequestToBatch(config, request, &batch));
+      input = {std::move(dense), std::move(sparse), std::move(history), std::move(items)};
     }
+    std::vector<const RankInput*> pointers;
+    for (const RankInput& input : inputs) pointers.push_back(&input);
+    RETURN_IF_ERROR(AssembleBatch(pointers, config, &batch));
     *candidates += batch.num_candidates();
     *history_tokens += batch.num_history_tokens();
   }

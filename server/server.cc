@@ -13,7 +13,6 @@
 #include "common/cuda_check.h"
 #include "common/socket_address.h"
 #include "model/weights.h"
-#include "server/batch_assembly.h"
 #include "common/process.h"
 
 namespace jagrank {
@@ -31,15 +30,15 @@ Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, c
 }
 
 // Requests of every history shape the model meets (empty, short, full).
-std::vector<v1::RankRequest> WarmupRequests(const ModelConfig& c) {
-  std::vector<v1::RankRequest> requests;
-  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len + 1};
+std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
+  std::vector<RankInput> requests;
+  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len};
   for (int i = 0; i < 4; ++i) {
-    v1::RankRequest r;
-    for (int j = 0; j < c.num_dense_features; ++j) r.add_dense_features(0.1f * j);
-    for (const SparseFeatureConfig& f : c.sparse_features) (*r.mutable_sparse_features())[f.name].add_ids(i);
-    for (int j = 0; j < lengths[i]; ++j) r.add_history(j * 7919 + i);
-    for (int j = 0; j < 8; ++j) r.add_candidate_item_ids(j * 104729 + i);
+    RankInput r;
+    for (int j = 0; j < c.num_dense_features; ++j) r.dense.push_back(0.1f * j);
+    r.sparse.assign(c.sparse_features.size(), std::vector<int64_t>{i});
+    for (int j = 0; j < lengths[i]; ++j) r.history.push_back(int64_t{j} * 7919 + i);
+    for (int j = 0; j < 8; ++j) r.candidates.push_back(int64_t{j} * 104729 + i);
     requests.push_back(std::move(r));
   }
   return requests;
@@ -149,12 +148,11 @@ Status JagrankServer::Start() {
 Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   model_ = std::move(model);
   // Warm-up: first-touch allocations, workspace pools, kernel loading.
-  const std::vector<v1::RankRequest> requests = WarmupRequests(model_->config());
-  std::vector<const v1::RankRequest*> pointers;
-  for (const v1::RankRequest& r : requests) pointers.push_back(&r);
+  const std::vector<RankInput> requests = WarmupRequests(model_->config());
+  std::vector<const RankInput*> pointers;
+  for (const RankInput& r : requests) pointers.push_back(&r);
   Batch batch;
-  int64_t padded = 0;
-  AssembleBatch(pointers, model_->config(), &batch, &padded);
+  RETURN_IF_ERROR(AssembleBatch(pointers, model_->config(), &batch));
   std::vector<float> scores;
   // Through every staging slot the executor uses, so that none of them
   // allocates its pinned and device buffers under live traffic.
@@ -167,9 +165,9 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   }
   metrics_->SetMemory(model_->Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       model_->attention() == AttentionStrategy::kJagged
-                                           ? Batcher::AttentionCost::kSumOfSquares
-                                           : Batcher::AttentionCost::kPadded);
+                                       [model = model_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
+                                         return model->AttentionCost(requests, sum_sq, longest);
+                                       });
   executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
   executor_->Start();
   service_->SetReady(model_.get(), batcher_.get());

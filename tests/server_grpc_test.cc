@@ -18,7 +18,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/request_validation.h"
+#include "server/rank_request.h"
 #include "server/server.h"
 #include "server_test_helpers.h"
 
