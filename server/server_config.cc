@@ -340,7 +340,6 @@ const std::vector<ServerConfigKey>& ServerConfigKeys() {
   return kKeys;
 }
 
-
 Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
   ServerConfig config;
   GivenKeys keys;
