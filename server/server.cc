@@ -156,8 +156,7 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   std::vector<float> scores;
   // Through every staging slot the executor uses, so that none of them
   // allocates its pinned and device buffers under live traffic.
-  for (int i = 0; i < Model::kStageSlots; ++i) {
-    const int slot = i % Model::kStageSlots;
+  for (int slot = 0; slot < Model::kStageSlots; ++slot) {
     ForwardTimings timings;
     Status s = model_->Stage(batch, slot);
     if (s.ok()) s = model_->Run(slot, &scores, &timings);
