@@ -201,11 +201,10 @@ class Prepared:
     num_candidates: int
     max_hist: int
     max_cand: int
-    kept_lengths: list            # host copies, for counting FLOPs
-    cand_counts: list
+    flops: int                    # the batch's useful FLOPs (Flops.batch)
 
 
-def prepare(config, batch, device):
+def prepare(config, batch, device, flops=None):
     R = batch.num_requests
     offsets = batch.history_offsets
     lengths = offsets[1:] - offsets[:-1]
@@ -231,7 +230,7 @@ def prepare(config, batch, device):
         cand_has_hist=to(torch.repeat_interleave(kept > 0, cand_counts)),
         num_requests=R, num_tokens=int(kept.sum()), num_candidates=int(cand_counts.sum()),
         max_hist=int(kept.max()) if R else 0, max_cand=int(cand_counts.max()) if R else 0,
-        kept_lengths=kept.tolist(), cand_counts=cand_counts.tolist())
+        flops=(flops or Flops(config)).batch(kept.tolist(), cand_counts.tolist()))
 
 
 def flash_available(device, dtype):
@@ -455,7 +454,8 @@ class GpuSampler:
         if not inside:
             return dict(gpu_busy_pct=None, smi_memory_used_mib_max=None, smi_samples=0, smi_note=self.note)
         return dict(gpu_busy_pct=statistics.mean(s[1] for s in inside),
-                    smi_memory_used_mib_max=max(s[2] for s in inside), smi_samples=len(inside))
+                    smi_memory_used_mib_max=max(s[2] for s in inside), smi_samples=len(inside),
+                    smi_memory_used_mib_before=self.memory_before(t0))
 
     def memory_before(self, t):
         before = [s for s in self.samples if s[0] <= t]
@@ -522,28 +522,79 @@ def build_weights(config, path, weights_dtype):
     log(f"weights: {path} ({os.path.getsize(path) / 2**30:.2f} GiB, {weights_dtype}) in {time.time() - t0:.1f} s")
 
 
+def _score_errors(ref_logits, logits):
+    score = (torch.sigmoid(ref_logits) - torch.sigmoid(logits)).abs()
+    return dict(max_abs_score_error=float(score.max()), mean_abs_score_error=float(score.mean()),
+                max_abs_logit_error=float((ref_logits - logits).abs().max()),
+                finite=bool(torch.isfinite(logits).all()))
+
+
+def _kernel_check(fast, b, gen):
+    """varlen FlashAttention-2 against the plain masked attention (float32
+    softmax) on the check batch's offsets, random bf16 inputs: the self- and
+    target-attention calls exactly as the fast twin makes them. Max abs error
+    over the max abs output, queries of sequences with keys only."""
+    c = fast.config
+    d, H = c.embedding_dim, c.attention_heads
+    dev = b.hist_ids.device
+    rnd = lambda *shape: torch.randn(*shape, generator=gen).to(dev, fast.dtype)  # noqa: E731
+    q, k, v = rnd(b.num_tokens, H, d // H), rnd(b.num_tokens, H, d // H), rnd(b.num_tokens, H, d // H)
+    e, z = rnd(b.num_candidates, 1, d), rnd(b.num_tokens, 1, d)
+    out = {}
+    for name, args, rows in (
+            ("self", (q, k, v, b.hist_cu, b.hist_cu, b.max_hist, b.max_hist, 1.0 / math.sqrt(d // H)), None),
+            ("target", (e, z, z, b.cand_cu, b.hist_cu, b.max_cand, b.max_hist, 1.0 / math.sqrt(d)),
+             b.cand_has_hist)):
+        got = fast._attention(*args).float()
+        want = _padded_attention(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a
+                                   for a in args])
+        if rows is not None:
+            got, want = got[rows], want[rows]
+        out[name] = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+    return out
+
+
 def run_check(ref, fast, config, law, args, device):
-    """The fast twin against the reference twin (float32, same weights) on a few requests."""
+    """The fast twin against the reference twin (float32, same weights), on a
+    few requests, three ways: (1) the fast twin's math in float32 (its plain
+    attention) against the reference, tight: catches a wrong formula that
+    bf16 rounding would hide, since a random model's scores spread little;
+    (2) on CUDA, varlen FlashAttention-2 against the plain attention on the
+    check batch's offsets; (3) the benchmarked fast twin (--dtype) end to end."""
     gen = torch.Generator().manual_seed(args.seed + 1000)
     batch = check_batch(config, law, gen, args.check_requests)
+    out = dict(requests=batch.num_requests, candidates=int(batch.candidate_ids.numel()), dtype=args.dtype,
+               attention="varlen FlashAttention-2" if fast.use_flash else "plain masked attention (fallback)",
+               tolerance=args.tolerance, fp32_tolerance=args.fp32_tolerance,
+               kernel_tolerance=args.kernel_tolerance)
+    fast32 = fast if fast.dtype == torch.float32 else FastTwin(ref, device, torch.float32).eval()
     ref.to(device)
+    prepared = prepare(config, batch, device)
     with torch.no_grad():
         ref_logits = ref.logits(batch).double().cpu()
-        fast_logits = fast.logits(prepare(config, batch, device)).double().cpu()
-    ref.to("cpu")
-    score_err = (torch.sigmoid(ref_logits) - torch.sigmoid(fast_logits)).abs()
-    logit_err = (ref_logits - fast_logits).abs()
-    out = dict(requests=batch.num_requests, candidates=int(ref_logits.numel()), dtype=args.dtype,
-               attention="flash (varlen FA2)" if fast.use_flash else "fallback (plain masked attention)",
-               max_abs_score_error=float(score_err.max()), mean_abs_score_error=float(score_err.mean()),
-               max_abs_logit_error=float(logit_err.max()), reference_logit_std=float(ref_logits.std()),
-               tolerance=args.tolerance)
-    out["ok"] = bool(torch.isfinite(fast_logits).all()) and out["max_abs_score_error"] <= args.tolerance
-    log(f"check: fast twin ({args.dtype}, {out['attention']}) vs the twin's float32 forward on "
-        f"{out['requests']} requests / {out['candidates']} candidates: max abs score error "
-        f"{out['max_abs_score_error']:.3e} (mean {out['mean_abs_score_error']:.2e}; logits: max "
-        f"{out['max_abs_logit_error']:.3e}, reference spread {out['reference_logit_std']:.3e}); tolerance "
-        f"{args.tolerance:g}: {'ok' if out['ok'] else 'MISMATCH'}")
+        out["fp32"] = _score_errors(ref_logits, fast32.logits(prepared).double().cpu())
+        del fast32
+        if fast.use_flash:
+            out["flash_vs_plain_rel_error"] = _kernel_check(fast, prepared, gen)
+        out.update(_score_errors(ref_logits, fast.logits(prepared).double().cpu()))
+    out["reference_logit_std"] = float(ref_logits.std())
+    ok_fp32 = out["fp32"]["finite"] and out["fp32"]["max_abs_score_error"] <= args.fp32_tolerance
+    ok_kernel = all(v <= args.kernel_tolerance for v in out.get("flash_vs_plain_rel_error", {}).values())
+    ok = out["finite"] and out["max_abs_score_error"] <= args.tolerance
+    out["ok"] = ok_fp32 and ok_kernel and ok
+    verdict = lambda good: "ok" if good else "MISMATCH"  # noqa: E731
+    log(f"check on {out['requests']} requests / {out['candidates']} candidates (reference: the twin's float32 "
+        f"forward; its logits spread {out['reference_logit_std']:.2e}):")
+    log(f"  fast twin fp32, plain attention: max abs score error {out['fp32']['max_abs_score_error']:.3e} "
+        f"(logits {out['fp32']['max_abs_logit_error']:.3e}), tolerance {args.fp32_tolerance:g}: "
+        f"{verdict(ok_fp32)}")
+    if fast.use_flash:
+        errs = out["flash_vs_plain_rel_error"]
+        log(f"  varlen FA2 vs plain attention ({args.dtype} inputs): relative error self {errs['self']:.2e}, target "
+            f"{errs['target']:.2e}, tolerance {args.kernel_tolerance:g}: {verdict(ok_kernel)}")
+    log(f"  fast twin {args.dtype}, {out['attention']}: max abs score error {out['max_abs_score_error']:.3e} "
+        f"(mean {out['mean_abs_score_error']:.2e}; logits {out['max_abs_logit_error']:.3e}), tolerance "
+        f"{args.tolerance:g}: {verdict(ok)}")
     return out
 
 
@@ -562,12 +613,21 @@ def part_twin(args, config, weights_path, law, flops, peak, device, sampler, rep
         report["notes"].append(note)
     report["check"] = run_check(ref, fast, config, law, args, device)
     del ref
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
     timer = Timer(device)
-    variants = ["eager"] + [f"compile:{m}" for m in args.compile_modes.split(",") if m]
+    variants = ["eager"]
+    modes = [m for m in args.compile_modes.split(",") if m]
+    if modes and not hasattr(torch, "compile"):
+        note = f"torch.compile skipped: torch {torch.__version__} has none"
+        log(note)
+        report["notes"].append(note)
+    elif modes:
+        variants += [f"compile:{m}" for m in modes]
     rows = report["twin"] = []
     for R in args.requests_per_batch:
         gen = torch.Generator().manual_seed(args.seed + R)
-        batches = [prepare(config, draw_batch(config, law, R, gen), device) for _ in range(args.batches)]
+        batches = [prepare(config, draw_batch(config, law, R, gen), device, flops) for _ in range(args.batches)]
         mean_c = statistics.mean(b.num_candidates for b in batches)
         mean_t = statistics.mean(b.num_tokens for b in batches)
         log(f"twin: {args.batches} batches of {R} requests ({mean_c:.0f} candidates, {mean_t:.0f} history tokens "
@@ -580,13 +640,12 @@ def part_twin(args, config, weights_path, law, flops, peak, device, sampler, rep
                 if variant == "eager":
                     fn = fast.logits_flat
                 else:
-                    if not hasattr(torch, "compile"):
-                        raise RuntimeError(f"torch {torch.__version__} has no torch.compile")
                     mode = variant.split(":", 1)[1]
-                    try:
-                        torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
-                    except AttributeError:
-                        pass
+                    for knob in ("cache_size_limit", "recompile_limit"):  # renamed across torch 2.x
+                        try:
+                            setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
+                        except AttributeError:
+                            pass
                     fn = torch.compile(fast.logits_flat, dynamic=True, mode=None if mode == "default" else mode)
                 with torch.no_grad():
                     t_warm = time.time()
@@ -607,7 +666,7 @@ def part_twin(args, config, weights_path, law, flops, peak, device, sampler, rep
                                 counts["batches"] += 1
                                 counts["requests"] += b.num_requests
                                 counts["candidates"] += b.num_candidates
-                                counts["flops"] += flops.batch(b.kept_lengths, b.cand_counts)
+                                counts["flops"] += b.flops
                             if time.perf_counter() >= t_end:
                                 break
                     w0 = time.time()
@@ -799,10 +858,12 @@ def summary_rows(report):
     best = served.get("best")
     if best:
         m = served.get("metrics", {})
+        model_bytes = None
+        if "jagrank_model_weights_bytes" in m and "jagrank_workspace_peak_bytes" in m:
+            model_bytes = m["jagrank_model_weights_bytes"] + m["jagrank_workspace_peak_bytes"]
         rows.append(dict(best, name=f"served (best c={best['concurrency']}, p99 {best['p99_ms']:.1f} ms)",
-                         requests_per_batch=None, ms_per_batch=None,
-                         peak_memory_bytes=m.get("jagrank_device_memory_peak_bytes"),
-                         peak_memory_source="server /metrics jagrank_device_memory_peak_bytes (whole device)"))
+                         requests_per_batch=None, ms_per_batch=None, peak_memory_bytes=model_bytes,
+                         device_peak_bytes=m.get("jagrank_device_memory_peak_bytes")))
     elif served:
         rows.append(dict(name="served", error="no ramp point within the p99 bound" if served.get("ramp") else
                          served.get("error", "did not run")))
@@ -833,6 +894,8 @@ def print_table(report):
               f"{_fmt(r.get('peak_memory_bytes'), 1e9, 2):>8} {_fmt(smi, 1024, 2):>8} "
               f"{_fmt(r.get('gpu_busy_pct'), 1, 0):>6} {_fmt(r.get('useful_tflops'), 1, 1):>8} "
               f"{_fmt(r.get('share_of_gemm_peak'), 0.01, 1):>6}")
+    print("peak GB: the twin's torch.cuda.max_memory_allocated; jagrank's weights + peak workspace (bench JSON, "
+          "server /metrics); smi GiB: nvidia-smi memory.used, whole device (this process's CUDA context included)")
     for note in report["notes"]:
         print(f"note: {note}")
     twin = [r for r in report.get("twin") or [] if r.get("candidates_per_s")]
@@ -846,12 +909,16 @@ def print_table(report):
               f"candidates/s at c={served['concurrency']}; twin {top['variant']} R={top['requests_per_batch']} "
               f"{top['candidates_per_s'] / 1e6:.2f}M)")
     else:
-        print("jagrank served vs torch twin in process: n/a (" +
-              ("no twin result" if not twin else "no served result within the p99 bound") + ")")
+        why = ("no twin result" if not twin else "the served part did not run" if "served" not in report
+               else "no served result within the p99 bound")
+        print(f"jagrank served vs torch twin in process: n/a ({why})")
     check = report.get("check")
     if check:
         print(f"fast twin vs reference twin: max abs score error {check['max_abs_score_error']:.3e} "
-              f"(tolerance {check['tolerance']:g}): {'ok' if check['ok'] else 'MISMATCH'}")
+              f"({check['dtype']}, tolerance {check['tolerance']:g}); in fp32 "
+              f"{check['fp32']['max_abs_score_error']:.3e} (tolerance {check['fp32_tolerance']:g})"
+              + (f"; FA2 vs plain attention {max(check['flash_vs_plain_rel_error'].values()):.2e}"
+                 if "flash_vs_plain_rel_error" in check else "") + f": {'ok' if check['ok'] else 'MISMATCH'}")
 
 
 # ---- main ------------------------------------------------------------------------------------------------------------
@@ -878,7 +945,8 @@ def parse_args(argv):
     p.add_argument("--model-config", default=None, help="model YAML (default config/models/production.yaml)")
     p.add_argument("--weights", default=None, help="weights file to write and use (default: in --workdir)")
     p.add_argument("--weights-dtype", default="bf16", choices=["bf16", "fp32"], help="the weights file's dtype")
-    p.add_argument("--workdir", default=None, help="weights, logs and the binaries' JSON (default: a temp dir)")
+    p.add_argument("--workdir", default=None,
+                   help="weights, logs and the binaries' JSON, kept (default: a temporary directory, removed)")
     p.add_argument("--out", default=None, help="write everything as JSON here")
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                    help="the fast twin's dtype (default bf16; fp32 on the CPU)")
@@ -898,7 +966,11 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--check-requests", type=int, default=6, help="law requests in the check (plus 2 edge cases)")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="max abs score error of the fast twin (default 1e-2 for bf16/fp16, 1e-5 for fp32)")
+                   help="max abs score error of the benchmarked fast twin (default 1e-2; --fp32-tolerance in fp32)")
+    p.add_argument("--fp32-tolerance", type=float, default=1e-5,
+                   help="max abs score error of the fast twin's math in float32")
+    p.add_argument("--kernel-tolerance", type=float, default=2e-2,
+                   help="varlen FlashAttention-2 vs plain attention: max abs error / max abs output")
     p.add_argument("--gemm-n", type=int, default=None, help="the peak GEMM's size (default 8192; --quick 256)")
     p.add_argument("--gpu-index", default=None, help="the GPU nvidia-smi samples (default: from --device)")
     p.add_argument("--bench-binary", default=os.path.join(REPO, "build/bin/jagrank-bench-model"))
@@ -921,7 +993,7 @@ def parse_args(argv):
             p.error(f"--parts: unknown part '{x}' (twin, inprocess, served)")
     on_cpu = torch.device(a.device).type == "cpu"
     a.dtype = a.dtype or ("fp32" if on_cpu else "bf16")
-    a.tolerance = a.tolerance if a.tolerance is not None else (1e-5 if a.dtype == "fp32" else 1e-2)
+    a.tolerance = a.tolerance if a.tolerance is not None else (a.fp32_tolerance if a.dtype == "fp32" else 1e-2)
     a.requests_per_batch = a.requests_per_batch or ([8, 16] if quick else [128, 512])
     a.batches = a.batches or (3 if quick else 8)
     a.duration_s = a.duration_s if a.duration_s is not None else (0.3 if quick else 3.0)
@@ -947,6 +1019,14 @@ def main(argv=None):
         return 2
     workdir = args.workdir or tempfile.mkdtemp(prefix="model_vs_torch.")
     os.makedirs(workdir, exist_ok=True)
+    try:
+        return run(args, device, workdir)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)  # the weights file is large; --out has the results
+
+
+def run(args, device, workdir):
     if args.model_config:
         config_path = args.model_config
     elif args.quick:
@@ -973,7 +1053,8 @@ def main(argv=None):
         f"{per_law['per_candidate'] / 1e6:.3f} MFLOP per candidate")
     if torch.device(device).type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(torch.device(device))
-        torch.backends.cuda.matmul.allow_tf32 = False  # the reference forward in the check is float32
+        torch.backends.cuda.matmul.allow_tf32 = False  # the check compares float32 forwards
+        torch.backends.cudnn.allow_tf32 = False
     try:
         report["gemm_peak"] = gemm_peak(device, args.gemm_n, 10)
         log(f"GEMM peak: {report['gemm_peak']['tflops']:.1f} TFLOP/s ({args.gemm_n}^3 "
