@@ -180,7 +180,7 @@ def check_batch(config, law, gen, num_law_requests):
                        candidate_offsets=lens([q["candidates"] for q in requests]))
 
 
-# ---- the fast twin ---------------------------------------------------------------------------------------------------
+# ---- the fast twin -------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class Prepared:
@@ -355,7 +355,7 @@ class FastTwin(nn.Module):
         return torch.sigmoid(self.logits(b, fn))
 
 
-# ---- FLOPs -------------------------------------------------------------------------------------------------------------
+# ---- FLOPs ---------------------------------------------------------------------------------------------------------
 
 class Flops:
     """The model's useful FLOPs (multiply-add = 2): per request, per kept
@@ -394,7 +394,7 @@ class Flops:
                                    interaction_per_candidate=self.interaction, top_mlp_per_candidate=self.top_mlp))
 
 
-# ---- measurement helpers ---------------------------------------------------------------------------------------------
+# ---- measurement helpers -------------------------------------------------------------------------------------------
 
 class GpuSampler:
     """nvidia-smi utilization.gpu and memory.used every 100 ms in the background."""
@@ -513,7 +513,7 @@ def with_tflops(row, flops_total, seconds, peak):
     return row
 
 
-# ---- parts -----------------------------------------------------------------------------------------------------------
+# ---- parts ---------------------------------------------------------------------------------------------------------
 
 def build_weights(config, path, weights_dtype):
     t0 = time.time()
@@ -725,11 +725,9 @@ def part_inprocess(args, config_path, weights_path, law, per_law, peak, device, 
             cmd += ["--model-weights", weights_path]
         log("inprocess: " + " ".join(cmd))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.part_timeout_s)
-            t_exit = time.time()
-            sys.stdout.write(proc.stdout)
-            if proc.returncode != 0 and not os.path.exists(out):
-                raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
+            rc, stderr, row_times = _run_timing_rows(cmd, args.inprocess_attention.split(","), args.part_timeout_s)
+            if rc != 0 and not os.path.exists(out):
+                raise RuntimeError(f"exit {rc}: {stderr.strip()[-400:]}")
             with open(out) as f:
                 result = json.load(f)
         except Exception as e:  # noqa: BLE001
@@ -747,12 +745,38 @@ def part_inprocess(args, config_path, weights_path, law, per_law, peak, device, 
                        peak_memory_source="jagrank-bench-model weights_bytes + workspace_peak_bytes",
                        device_used_bytes=r.get("device_used_bytes"),
                        mean_candidates_per_batch=result.get("mean_candidates_per_batch"))
-            # The timed window ends as the binary prints its row; one strategy per run is exact.
-            if len(result.get("results", [])) == 1:
-                row.update(sampler.window(t_exit - s, t_exit))
+            # The timed window ends as the binary prints the strategy's row.
+            if r["attention"] in row_times:
+                row.update(sampler.window(row_times[r["attention"]] - s, row_times[r["attention"]]))
             with_tflops(row, r["requests_per_s"] * per_law["per_request"] + r["candidates_per_s"]
                         * per_law["per_candidate"], 1.0, peak)
             rows.append(row)
+
+
+def _run_timing_rows(cmd, names, timeout_s):
+    """Runs jagrank-bench-model, echoing its stdout; returns (exit code,
+    stderr, {strategy: the time its result row appeared}). Line-buffered
+    through stdbuf where present, else the times are the exit's."""
+    if shutil.which("stdbuf"):
+        cmd = ["stdbuf", "-oL"] + cmd
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    stderr = []
+    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    times = {}
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            word = line.split(" ", 1)[0]
+            if word in names:
+                times[word] = time.time()
+        proc.wait()
+    finally:
+        timer.cancel()
+    reader.join(timeout=5)
+    return proc.returncode, "".join(stderr), times
 
 
 def _scrape(port):
@@ -842,7 +866,7 @@ def part_served(args, config_path, weights_path, law, per_law, peak, device, sam
             server.wait()
 
 
-# ---- report ----------------------------------------------------------------------------------------------------------
+# ---- report --------------------------------------------------------------------------------------------------------
 
 def _fmt(v, scale=1.0, digits=0, suffix=""):
     return "-" if v is None else f"{v / scale:.{digits}f}{suffix}"
@@ -921,7 +945,7 @@ def print_table(report):
                  if "flash_vs_plain_rel_error" in check else "") + f": {'ok' if check['ok'] else 'MISMATCH'}")
 
 
-# ---- main ------------------------------------------------------------------------------------------------------------
+# ---- main ----------------------------------------------------------------------------------------------------------
 
 def tiny_config():
     """A model small enough for a CPU run in seconds, with every piece of the production one."""
