@@ -248,7 +248,7 @@ def _padded_attention(q, k, v, cu_q, cu_k, max_q, max_k, scale):
     seg_k = torch.repeat_interleave(torch.arange(B, device=q.device), lk)
     iq = torch.arange(q.shape[0], device=q.device) - cu_q.long()[seg_q]
     ik = torch.arange(k.shape[0], device=q.device) - cu_k.long()[seg_k]
-    H, D = q.shape[1], q.shape[2]
+    H = q.shape[1]
     pad = lambda x, seg, idx, m: x.new_zeros(B, m, H, x.shape[2]).index_put((seg, idx), x)  # noqa: E731
     Q, K, V = (pad(q, seg_q, iq, max_q).transpose(1, 2), pad(k, seg_k, ik, max_k).transpose(1, 2),
                pad(v, seg_k, ik, max_k).transpose(1, 2))                           # [B, H, M, D]
@@ -495,7 +495,6 @@ def gemm_peak(device, n, reps):
         torch.matmul(a, b)
     times = [timer.run(lambda: torch.matmul(a, b)) for _ in range(reps)]
     ms = statistics.median(times)
-    del a, b
     return dict(n=n, dtype=str(dtype).replace("torch.", ""), median_ms=ms, tflops=2.0 * n ** 3 / ms / 1e9)
 
 
@@ -567,7 +566,8 @@ def run_check(ref, fast, config, law, args, device):
                attention="varlen FlashAttention-2" if fast.use_flash else "plain masked attention (fallback)",
                tolerance=args.tolerance, fp32_tolerance=args.fp32_tolerance,
                kernel_tolerance=args.kernel_tolerance)
-    fast32 = fast if fast.dtype == torch.float32 else FastTwin(ref, device, torch.float32).eval()
+    plain32 = fast.dtype == torch.float32 and not fast.use_flash
+    fast32 = fast if plain32 else FastTwin(ref, device, torch.float32).eval()  # float32: never flash
     ref.to(device)
     prepared = prepare(config, batch, device)
     with torch.no_grad():
@@ -688,8 +688,8 @@ def part_twin(args, config, weights_path, law, flops, peak, device, sampler, rep
                 traceback.print_exc()
             if timer.cuda:
                 torch.cuda.empty_cache()
-        del batches
-    del fast
+        batches = None  # free the device copies before the next size
+    fast = None
     if timer.cuda:
         torch.cuda.empty_cache()
 
@@ -922,6 +922,8 @@ def print_table(report):
           "server /metrics); smi GiB: nvidia-smi memory.used, whole device (this process's CUDA context included)")
     for note in report["notes"]:
         print(f"note: {note}")
+    for part, error in report["failures"].items():
+        print(f"FAILED {part}: {error}")
     twin = [r for r in report.get("twin") or [] if r.get("candidates_per_s")]
     served = (report.get("served") or {}).get("best")
     if twin and served:
@@ -933,7 +935,8 @@ def print_table(report):
               f"candidates/s at c={served['concurrency']}; twin {top['variant']} R={top['requests_per_batch']} "
               f"{top['candidates_per_s'] / 1e6:.2f}M)")
     else:
-        why = ("no twin result" if not twin else "the served part did not run" if "served" not in report
+        why = ("no twin result" if not twin else "the served part failed" if "served" in report["failures"]
+               else "the served part did not run" if "served" not in report
                else "no served result within the p99 bound")
         print(f"jagrank served vs torch twin in process: n/a ({why})")
     check = report.get("check")
