@@ -16,8 +16,13 @@ failure still reports the others:
              twin's reference forward in float32 on a few requests (drawn from
              the law plus two edge cases: a history longer than
              max_history_len with negative ids, an empty history with an empty
-             sparse list); the script exits 1 when the max abs score error is
-             above --tolerance.
+             sparse list): its math in float32 (--fp32-tolerance; a random
+             model's scores spread little, so bf16 rounding alone would hide a
+             wrong formula), varlen FA2 against plain attention on the check
+             batch's offsets (--kernel-tolerance), and the benchmarked --dtype
+             end to end (max abs score error, --tolerance, 1e-2 for bf16). The
+             script exits 1 on a mismatch; ctest runs the --quick CPU mode
+             (python_model_vs_torch_quick_test).
   inprocess  jagrank-bench-model (--bench-binary): the model alone in its own
              process, same model config and length laws. It draws its own
              batches (same laws; its sparse features get 1-4 ids each, its
