@@ -45,7 +45,7 @@ id's feature); the timed forward does the rest: hashing ids to rows, lookups,
 MLPs, attention, interaction. Timing: CUDA events around a run of batches
 rotated among --batches distinct ones, after warm-up (for torch.compile the
 compilation happens in the warm-up); scores stay on the device (no per-batch
-synchronization: the twin's best case).
+synchronization: the twin's best case) unless --scores-to-host.
 
 Reported per part: requests/s, candidates/s, ms per batch, peak device memory
 (torch.cuda.max_memory_allocated for the twin; the binaries' own figures for
@@ -680,7 +680,9 @@ def part_twin(args, config, weights_path, law, flops, peak, device, sampler, rep
                         t_end = time.perf_counter() + args.duration_s
                         while True:
                             for b in batches:
-                                fast.logits(b, fn)
+                                logits = fast.logits(b, fn)
+                                if args.scores_to_host:
+                                    logits.cpu()
                                 counts["batches"] += 1
                                 counts["requests"] += b.num_requests
                                 counts["candidates"] += b.num_candidates
@@ -1002,6 +1004,9 @@ def parse_args(argv):
     p.add_argument("--duration-s", type=float, default=None, help="timed seconds per twin variant and per "
                    "in-process run (default 3)")
     p.add_argument("--warmup-rounds", type=int, default=2, help="untimed passes over the batches first")
+    p.add_argument("--scores-to-host", action="store_true",
+                   help="twin: copy each batch's scores to the host before the next (a server's wait; "
+                        "jagrank-bench-model's Forward returns host scores)")
     p.add_argument("--compile-modes", default="default",
                    help="torch.compile modes to time, comma-separated ('' = eager only), e.g. "
                         "default,max-autotune-no-cudagraphs")
