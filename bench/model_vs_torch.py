@@ -68,6 +68,7 @@ a plain masked softmax, stands in for FlashAttention on the CPU):
 import argparse
 import dataclasses
 import datetime
+import gc
 import json
 import math
 import os
@@ -711,9 +712,12 @@ def part_twin(args, config, weights_path, law, flops, peak, device, sampler, rep
             if timer.cuda:
                 torch.cuda.empty_cache()
         batches = None  # free the device copies before the next size
-    fast = None
+    fast = compiled = None
+    if modes and hasattr(torch, "compile"):
+        torch._dynamo.reset()  # its caches hold the compiled twin's weights
+    gc.collect()
     if timer.cuda:
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # the device to the other parts
 
 
 def _help_text(binary):
