@@ -732,8 +732,7 @@ def part_inprocess(args, config_path, weights_path, law, per_law, peak, device, 
     if not binary or not os.path.exists(binary):
         raise RuntimeError(f"--bench-binary '{binary}': not found")
     takes_weights = "model-weights" in _help_text(binary)
-    note = ("jagrank in process: jagrank-bench-model draws its own batches with the same length laws "
-            "(its sparse features get 1-4 ids each, its fixed law)"
+    note = ("jagrank in process: jagrank-bench-model draws its own batches with the same length laws"
             + ("; weights: the same file" if takes_weights else
                "; its weights are random from the config's seed (the binary takes no --model-weights; a "
                "forward pass costs the same whatever the weight values)"))
@@ -748,7 +747,7 @@ def part_inprocess(args, config_path, weights_path, law, per_law, peak, device, 
                "--candidates-min", str(law.candidates_min), "--candidates-max", str(law.candidates_max),
                "--duration-s", str(args.duration_s), "--seed", str(args.seed), "--json-out", out]
         if takes_weights:
-            cmd += ["--model-weights", weights_path]
+            cmd += ["--model-weights", weights_path, "--sparse-ids-max", str(law.sparse_ids_max)]
         log("inprocess: " + " ".join(cmd))
         try:
             rc, stderr, row_times = _run_timing_rows(cmd, args.inprocess_attention.split(","), args.part_timeout_s)
