@@ -16,10 +16,7 @@
 # the default model), so that the CPU backend's compute (thread jr-compute)
 # does not drown the rest; requests keep the h1024 workload's shape (history
 # median 100 up to 1024, 50-500 candidates).
-# FRONTENDS="grpc h2" runs each server on both front ends: the main gRPC
-# listener, and --h2-address (server/h2_frontend.h) on PORT+1.
 # Environment: LOADGEN (default: jagrank-loadgen beside the first server),
-# FRONTENDS (grpc),
 # RATE (1500 calls/s), MEASURE_S (10), ROUNDS (2), DEVICE (cpu), MODEL_CONFIG,
 # SERVER_EXTRA_FLAGS, LOADGEN_EXTRA_FLAGS, PORT (18700), OUT (.).
 set -euo pipefail
@@ -64,16 +61,11 @@ print(json.dumps({"cpu": cpu, "switches": switches}))
 PY
 }
 
-run_one() {  # run_one SERVER_BIN FRONTEND
-  local server=$1 frontend=$2 log="$OUT/host_cpu_server.log" json="$OUT/host_cpu_loadgen.json"
-  local h2=() load_port=$PORT
-  if [ "$frontend" = h2 ]; then
-    load_port=$((PORT + 1))
-    h2=(--h2-address "127.0.0.1:$load_port")
-  fi
+run_one() {  # run_one SERVER_BIN
+  local server=$1 log="$OUT/host_cpu_server.log" json="$OUT/host_cpu_loadgen.json"
   # shellcheck disable=SC2086
   "$server" --grpc-address "127.0.0.1:$PORT" --metrics-address "" --device "$DEVICE" --cpu-threads 1 \
-    --model-config "$MODEL_CONFIG" "${h2[@]}" ${SERVER_EXTRA_FLAGS:-} > "$log" 2>&1 &
+    --model-config "$MODEL_CONFIG" ${SERVER_EXTRA_FLAGS:-} > "$log" 2>&1 &
   SERVER_PID=$!
   local pid=$SERVER_PID
   for _ in $(seq 600); do
@@ -81,7 +73,7 @@ run_one() {  # run_one SERVER_BIN FRONTEND
     kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
     sleep 0.1
   done
-  local load=(--address "127.0.0.1:$load_port" --rate "$RATE")
+  local load=(--address "127.0.0.1:$PORT" --rate "$RATE")
   # shellcheck disable=SC2206
   load+=(${LOADGEN_EXTRA_FLAGS:-})
   "$LOADGEN" "${load[@]}" --duration-s 2 --warmup-s 1 > /dev/null 2>&1  # warm: first batches, allocator, connections
@@ -94,10 +86,10 @@ run_one() {  # run_one SERVER_BIN FRONTEND
   kill "$pid"
   wait "$pid" || true
   SERVER_PID=
-  python3 - "$server" "$frontend" "$before" "$after" "$json" "$(tail -1 "$OUT/host_cpu_loadgen.time")" \
+  python3 - "$server" "$before" "$after" "$json" "$(tail -1 "$OUT/host_cpu_loadgen.time")" \
     "$OUT/host_cpu_per_call.jsonl" <<'PY'
 import json, sys
-server, frontend, before, after, path, times, jsonl = sys.argv[1:]
+server, before, after, path, times, jsonl = sys.argv[1:]
 before, after, load = json.loads(before), json.loads(after), json.load(open(path))
 calls = load["requests_ok"]
 if calls <= 0 or load["requests_error"] != 0:
@@ -107,7 +99,7 @@ sw = {k: (after["switches"][k] - before["switches"].get(k, 0)) / calls for k in 
 switches = sum(sw.values())
 per = {k: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.5}
 user, system = (float(x) for x in times.split())
-r = {"server": server, "frontend": frontend, "calls": calls, "qps": load["qps"], "p50_ms": load["latency_ms"]["p50"],
+r = {"server": server, "calls": calls, "qps": load["qps"], "p50_ms": load["latency_ms"]["p50"],
      "server_us_per_call": round(sum(per.values()), 2), "server_us_per_call_by_thread": per,
      "server_context_switches_per_call": round(switches, 2),
      "server_context_switches_per_call_by_thread": {k: round(v, 2) for k, v in sorted(sw.items(), key=lambda kv: -kv[1])
@@ -116,13 +108,13 @@ r = {"server": server, "frontend": frontend, "calls": calls, "qps": load["qps"],
 with open(jsonl, "a") as f:
     f.write(json.dumps(r) + "\n")
 threads = " ".join(f"{k}={v:.1f}" for k, v in per.items())
-print(f"{server} ({frontend}): calls={calls} qps={r['qps']:.0f} p50_ms={r['p50_ms']:.2f} server_us_per_call="
+print(f"{server}: calls={calls} qps={r['qps']:.0f} p50_ms={r['p50_ms']:.2f} server_us_per_call="
       f"{r['server_us_per_call']:.1f} switches_per_call={switches:.2f} loadgen_us_per_call={r['loadgen_us_per_call']:.1f} | {threads}")
 PY
 }
 
 for _ in $(seq "$ROUNDS"); do
   for server in "$@"; do
-    for frontend in ${FRONTENDS:-grpc}; do run_one "$server" "$frontend"; done
+    run_one "$server"
   done
 done

@@ -23,7 +23,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "server/flags.h"
+#include "common/flags.h"
 
 namespace jagrank {
 namespace {
@@ -34,6 +34,8 @@ struct Options {
   std::string device = "cuda";
   std::string attention = "jagged,padded_flash,padded_dense";
   std::string model_config;  // empty: the embedded default
+  std::string model_weights;  // empty: the random model of the config's seed
+  int sparse_ids_max = 4;     // ids per sparse feature: uniform in [1, this]
   int requests_per_batch = 38;
   int batches = 16;          // distinct batches, cycled
   double history_median = 100;
@@ -65,7 +67,7 @@ Status MakeBatches(const ModelConfig& config, const Options& o, std::vector<Batc
   const int history_max = o.history_max > 0 ? o.history_max : config.max_history_len;
   std::lognormal_distribution<double> history_len(std::log(std::max(1.0, o.history_median)), o.history_sigma);
   std::uniform_int_distribution<int> num_candidates(o.candidates_min, o.candidates_max);
-  std::uniform_int_distribution<int> sparse_count(1, 4);
+  std::uniform_int_distribution<int> sparse_count(1, std::max(1, o.sparse_ids_max));
   std::uniform_int_distribution<int64_t> item(0, 999999999);
   std::normal_distribution<float> dense_value(0.0f, 1.0f);
   const int num_sparse = static_cast<int>(config.sparse_features.size());
@@ -73,8 +75,8 @@ Status MakeBatches(const ModelConfig& config, const Options& o, std::vector<Batc
   *history_tokens = 0;
   out->assign(o.batches, Batch());
   for (Batch& batch : *out) {
-    batch.Reset(num_sparse);
-    for (int r = 0; r < o.requests_per_batch; ++r) {
+    std::vector<RankInput> inputs(o.requests_per_batch);
+    for (RankInput& input : inputs) {
       std::vector<float> dense(config.num_dense_features);
       for (float& v : dense) v = dense_value(rng);
       std::vector<std::vector<int64_t>> sparse(num_sparse);
@@ -86,14 +88,11 @@ Status MakeBatches(const ModelConfig& config, const Options& o, std::vector<Batc
       for (int64_t& id : history) id = item(rng);
       std::vector<int64_t> items(num_candidates(rng));
       for (int64_t& id : items) id = item(rng);
-      RequestFeatures request;
-      request.dense = dense.data();
-      request.num_dense = dense.size();
-      for (const auto& ids : sparse) request.sparse.push_back({ids.data(), ids.size()});
-      request.history = {history.data(), history.size()};
-      request.candidates = {items.data(), items.size()};
-      RETURN_IF_ERROR(AppendRequestToBatch(config, request, &batch));
+      input = {std::move(dense), std::move(sparse), std::move(history), std::move(items)};
     }
+    std::vector<const RankInput*> pointers;
+    for (const RankInput& input : inputs) pointers.push_back(&input);
+    RETURN_IF_ERROR(AssembleBatch(pointers, config, &batch));
     *candidates += batch.num_candidates();
     *history_tokens += batch.num_history_tokens();
   }
@@ -113,7 +112,9 @@ Status BenchStrategy(const ModelConfig& config, const Options& o, const std::vec
   options.cpu_threads = o.cpu_threads;
   RETURN_IF_ERROR(ParseAttentionStrategy(attention, &options.attention));
   std::unique_ptr<Model> model;
-  RETURN_IF_ERROR(Model::Create(config, ModelWeights(), options, &model));
+  ModelWeights weights;  // empty: random from the config's seed
+  if (!o.model_weights.empty()) RETURN_IF_ERROR(LoadSafetensors(o.model_weights, config, &weights));
+  RETURN_IF_ERROR(Model::Create(config, std::move(weights), options, &model));
   std::vector<float> scores;
   for (int i = 0; i < o.warmup; ++i) RETURN_IF_ERROR(model->Forward(batches[i % batches.size()], &scores));
 
@@ -156,6 +157,8 @@ int Main(int argc, char** argv) {
   flags.Add("device", &o.device, "cpu, cuda or cuda:N");
   flags.Add("attention", &o.attention, "comma-separated strategies: jagged,padded_flash,padded_dense");
   flags.Add("model-config", &o.model_config, "model YAML (default: the embedded default model)");
+  flags.Add("sparse-ids-max", &o.sparse_ids_max, "ids per sparse feature: uniform in [1, this]");
+  flags.Add("model-weights", &o.model_weights, "safetensors weights (default: random from the config's seed)");
   flags.Add("requests-per-batch", &o.requests_per_batch, "requests in each batch");
   flags.Add("batches", &o.batches, "distinct batches, cycled");
   flags.Add("history-median", &o.history_median, "median history length (log-normal)");

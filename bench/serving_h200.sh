@@ -23,8 +23,8 @@
 # policies: WORKLOADS (default "h1024 h4096"), OPEN_FRACTIONS (of the
 # closed-loop peak, default "0.5 0.8 0.95"; "" runs none), TRANSPORT (tcp or
 # uds, below), SERVER_EXTRA_FLAGS and LOADGEN_EXTRA_FLAGS (appended to
-# every server's and loadgen's flags), LOADGEN_ENGINE and LOADGEN_CHANNELS
-# (below), FRONTEND (h2 or grpc, below), H1024_POLICIES (default "delay"; "delay idle" runs both) and
+# every server's and loadgen's flags), LOADGEN_CHANNELS (below),
+# H1024_POLICIES (default "delay"; "delay idle" runs both) and
 # H4096_POLICIES. "delay" = close a batch on a budget or after
 # --max-queue-delay-us; "idle" adds --dispatch-when-idle (also close at once
 # whenever the executor has no batch waiting to run). Results of the idle
@@ -47,20 +47,11 @@ GRPC_PORT=18500
 # TRANSPORT=uds: over a Unix domain socket (gRPC's unix: address), as a
 # client on the same host (a sidecar) would; no TCP/IP stack per message.
 case ${TRANSPORT:-tcp} in
-  tcp) GRPC_TARGET=127.0.0.1:$GRPC_PORT H2_TARGET=127.0.0.1:$((GRPC_PORT + 1)) ;;
-  uds) GRPC_TARGET=unix:/tmp/jagrank-serving-h200-$$.sock H2_TARGET=unix:/tmp/jagrank-serving-h200-$$-h2.sock ;;
+  tcp) GRPC_TARGET=127.0.0.1:$GRPC_PORT ;;
+  uds) GRPC_TARGET=unix:/tmp/jagrank-serving-h200-$$.sock ;;
   *) echo "TRANSPORT must be tcp or uds, not '$TRANSPORT'" >&2; exit 2 ;;
 esac
-# FRONTEND=h2 (default): the server also listens on --h2-address (gRPC's
-# wire protocol over nghttp2, server/h2_frontend.h) and the loadgen calls
-# that. FRONTEND=grpc: the loadgen calls the server's main port (gRPC C++),
-# which bounded every strategy at ~150-200k calls/s on the H200 host
-# (session 11 call 1: jagged 154k there, 353-364k on h2).
-case ${FRONTEND:-h2} in
-  grpc) LOAD_TARGET=$GRPC_TARGET FRONTEND_FLAGS=() ;;
-  h2) LOAD_TARGET=$H2_TARGET FRONTEND_FLAGS=(--h2-address "$H2_TARGET") ;;
-  *) echo "FRONTEND must be grpc or h2, not '$FRONTEND'" >&2; exit 2 ;;
-esac
+LOAD_TARGET=$GRPC_TARGET
 METRICS_PORT=19100
 STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
 # Server batching for the GPU: bigger batches than the CPU defaults, and the
@@ -71,19 +62,9 @@ STRATEGIES=${STRATEGIES:-"jagged padded_flash padded_dense"}
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu for a dry run of the script anywhere
 SERVER_FLAGS=(--device "$DEVICE" --max-queue-delay-us 1000 --max-batch-candidates 65536 --max-batch-requests 512
               --max-batch-history-tokens 1048576 --max-batch-attention-cost 1073741824 --max-queue-requests 8192)
-# LOADGEN_ENGINE (default nghttp2): the load generator's client. nghttp2
-# speaks gRPC's wire format over libnghttp2 and took ~1-2 cores where gRPC
-# C++'s client (grpc) took 4.6 at ~160k calls/s on the H200 host, cores
-# the server shares (session 10, call 1). LOADGEN_CHANNELS HTTP/2
-# connections (default 32), LOADGEN_CLIENT_THREADS event loops or
-# completion-queue threads (default 8). Closed loop, nghttp2 on 8
-# connections gave a little more QPS for less CPU (session 10 call 2: 175k
-# against 163-170k on 32, 118k on 128; run N used 8), but 8 x 128 streams
-# cap the server at 1,024 calls in flight, and the open loop's bursts then
-# queue in the client. gRPC's client needs many: 8 x 4 gave 97k and 32 x 8
-# 121k at c1024 (session 4, call 8).
-LOADGEN_ENGINE=${LOADGEN_ENGINE:-nghttp2}
-LOADGEN_FLAGS=(--engine "$LOADGEN_ENGINE" --channels "${LOADGEN_CHANNELS:-32}"
+# LOADGEN_CHANNELS gRPC connections (default 32), LOADGEN_CLIENT_THREADS
+# completion-queue threads (default 8).
+LOADGEN_FLAGS=(--channels "${LOADGEN_CHANNELS:-32}"
                --client-threads "${LOADGEN_CLIENT_THREADS:-8}" --pool 1024
                --timeout-ms 5000 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" ${LOADGEN_EXTRA_FLAGS:-})
 # SERVER_CPUS, LOADGEN_CPUS: CPU lists for taskset (e.g. 0-15 and 16-31 on a
@@ -127,7 +108,7 @@ start_server() {  # start_server NAME ATTENTION [extra flags...]
   local name=$1 attention=$2
   shift 2
   "${SERVER_RUN[@]}" "$BIN/jagrank-server" --grpc-address $GRPC_TARGET --metrics-address 127.0.0.1:$METRICS_PORT \
-    --attention "$attention" "${SERVER_FLAGS[@]}" "${FRONTEND_FLAGS[@]}" ${SERVER_EXTRA_FLAGS:-} "$@" \
+    --attention "$attention" "${SERVER_FLAGS[@]}" ${SERVER_EXTRA_FLAGS:-} "$@" \
     >"$OUT/$name.server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 600); do
@@ -286,8 +267,7 @@ done
 # jagged at DIAG_CONCURRENCY (default c256) with DIAG_CHANNELS connections
 # (default 4 16 32) and DIAG_CLIENT_THREADS completion-queue threads (default
 # none beyond the standard 4), under DIAG_POLICY (delay | idle); then two
-# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC);
-# then the server's completion-queue count (DIAG_CQS).
+# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC).
 if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   diag_c=${DIAG_CONCURRENCY:-256}
   diag_flags=()
@@ -323,13 +303,6 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     fi
     unset JAGRANK_ABSL_DEADLOCK_CHECK
   fi
-  # Server side: Rank's completion-queue count (DIAG_CQS, e.g. "4 12"; the
-  # default is half the cores, 2 to 8), one server start each.
-  for q in ${DIAG_CQS-}; do
-    start_server "h1024_jagged_diag_cq$q" jagged "${diag_flags[@]}" --grpc-completion-queues "$q" || continue
-    run_point "diag_h1024_jagged_c${diag_c}_cq$q" "${H1024_LOAD[@]}" --concurrency "$diag_c"
-    stop_server
-  done
 fi
 
 for policy in ${H4096_POLICIES:-delay}; do

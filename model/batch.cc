@@ -71,62 +71,79 @@ int SparseFeatureIndex(const ModelConfig& config, const std::string& name) {
   return -1;
 }
 
-Status AppendRequestToBatch(const ModelConfig& config, const RequestFeatures& request, Batch* batch) {
-  const size_t num_features = config.sparse_features.size();
-  if (request.num_dense != static_cast<size_t>(config.num_dense_features) ||
-      (request.num_dense > 0 && request.dense == nullptr)) {
-    return Status::InvalidArgument("dense_features: got " + std::to_string(request.num_dense) + " values, expected " +
+int64_t Batch::PaddedHistoryTokens() const {
+  int64_t longest = 0;
+  for (int r = 0; r < num_requests; ++r) {
+    longest = std::max<int64_t>(longest, history_offsets[r + 1] - history_offsets[r]);
+  }
+  return longest * num_requests;
+}
+
+namespace {
+
+Status CheckInput(const RankInput& input, size_t index, const ModelConfig& config) {
+  const std::string which = "request " + std::to_string(index) + ": ";
+  if (input.dense.size() != static_cast<size_t>(config.num_dense_features)) {
+    return Status::InvalidArgument(which + "dense has " + std::to_string(input.dense.size()) +
+                                   " values, expected num_dense_features = " +
                                    std::to_string(config.num_dense_features));
   }
-  if (request.sparse.size() > num_features) {
-    return Status::InvalidArgument("sparse_features: " + std::to_string(request.sparse.size()) +
-                                   " entries, the model has " + std::to_string(num_features));
+  if (input.sparse.size() > config.sparse_features.size()) {
+    return Status::InvalidArgument(which + "sparse has " + std::to_string(input.sparse.size()) +
+                                   " lists, the model has " + std::to_string(config.sparse_features.size()) +
+                                   " sparse features");
   }
-  if (request.candidates.size == 0 || request.candidates.data == nullptr) {
-    return Status::InvalidArgument("candidate_item_ids: empty, at least 1 required");
-  }
-  // Offsets are int32: refuse a request that would overflow them.
-  const size_t kLimit = static_cast<size_t>(INT32_MAX);
-  if (batch->candidate_ids.size() + request.candidates.size > kLimit) {
-    return Status::ResourceExhausted("candidate_item_ids: batch would exceed 2^31-1 candidates");
-  }
-  const size_t kept = std::min(request.history.size, static_cast<size_t>(config.max_history_len));
-  if (kept > 0 && request.history.data == nullptr) return Status::InvalidArgument("history: null data");
-  if (batch->history_ids.size() + kept > kLimit) {
-    return Status::ResourceExhausted("history: batch would exceed 2^31-1 history ids");
-  }
-  if (batch->sparse_ids.size() != num_features || batch->history_offsets.empty() ||
-      batch->candidate_offsets.empty()) {
-    return Status::InvalidArgument("batch: not Reset for this model (expected " + std::to_string(num_features) +
-                                   " sparse features)");
-  }
-  for (size_t f = 0; f < request.sparse.size(); ++f) {
-    if (request.sparse[f].size > 0 && request.sparse[f].data == nullptr) {
-      return Status::InvalidArgument("sparse_features['" + config.sparse_features[f].name + "']: null data");
-    }
-    if (batch->sparse_ids[f].size() + request.sparse[f].size > kLimit) {
-      return Status::ResourceExhausted("sparse_features['" + config.sparse_features[f].name +
-                                       "']: batch would exceed 2^31-1 ids");
-    }
-  }
+  if (input.candidates.empty()) return Status::InvalidArgument(which + "candidates is empty, at least 1 required");
+  return Status::Ok();
+}
 
-  batch->dense.insert(batch->dense.end(), request.dense, request.dense + request.num_dense);
-  for (size_t f = 0; f < num_features; ++f) {
-    std::vector<int64_t>& ids = batch->sparse_ids[f];
-    if (f < request.sparse.size() && request.sparse[f].size > 0) {
-      ids.insert(ids.end(), request.sparse[f].data, request.sparse[f].data + request.sparse[f].size);
+}  // namespace
+
+Status AssembleBatch(const std::vector<const RankInput*>& inputs, const ModelConfig& config, Batch* batch) {
+  const int num_features = static_cast<int>(config.sparse_features.size());
+  batch->Reset(num_features);
+  // Offsets are int32: count first, refuse a batch that would overflow them.
+  constexpr int64_t kLimit = INT32_MAX;
+  int64_t candidates = 0, history = 0;
+  std::vector<int64_t> sparse(num_features, 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    RETURN_IF_ERROR(CheckInput(*inputs[i], i, config));
+    candidates += static_cast<int64_t>(inputs[i]->candidates.size());
+    history += inputs[i]->KeptHistory(config.max_history_len);
+    for (size_t f = 0; f < inputs[i]->sparse.size(); ++f) sparse[f] += inputs[i]->sparse[f].size();
+  }
+  int64_t most_sparse = 0;
+  for (int64_t n : sparse) most_sparse = std::max(most_sparse, n);
+  if (candidates > kLimit || history > kLimit || most_sparse > kLimit) {
+    return Status::ResourceExhausted("batch of " + std::to_string(inputs.size()) +
+                                     " requests exceeds 2^31-1 candidates, history ids or ids of one feature");
+  }
+  const int R = static_cast<int>(inputs.size());
+  batch->dense.reserve(static_cast<size_t>(R) * config.num_dense_features);
+  batch->candidate_ids.reserve(candidates);
+  batch->history_ids.reserve(history);
+  for (int f = 0; f < num_features; ++f) {
+    batch->sparse_ids[f].reserve(sparse[f]);
+    batch->sparse_offsets[f].reserve(R + 1);
+  }
+  batch->history_offsets.reserve(R + 1);
+  batch->candidate_offsets.reserve(R + 1);
+  for (const RankInput* input : inputs) {
+    batch->dense.insert(batch->dense.end(), input->dense.begin(), input->dense.end());
+    for (int f = 0; f < num_features; ++f) {
+      std::vector<int64_t>& ids = batch->sparse_ids[f];
+      if (static_cast<size_t>(f) < input->sparse.size()) {
+        ids.insert(ids.end(), input->sparse[f].begin(), input->sparse[f].end());
+      }
+      batch->sparse_offsets[f].push_back(static_cast<int32_t>(ids.size()));
     }
-    batch->sparse_offsets[f].push_back(static_cast<int32_t>(ids.size()));
+    const int64_t kept = input->KeptHistory(config.max_history_len);
+    batch->history_ids.insert(batch->history_ids.end(), input->history.end() - kept, input->history.end());
+    batch->history_offsets.push_back(static_cast<int32_t>(batch->history_ids.size()));
+    batch->candidate_ids.insert(batch->candidate_ids.end(), input->candidates.begin(), input->candidates.end());
+    batch->candidate_offsets.push_back(static_cast<int32_t>(batch->candidate_ids.size()));
   }
-  if (kept > 0) {
-    const int64_t* first = request.history.data + (request.history.size - kept);  // most recent kept
-    batch->history_ids.insert(batch->history_ids.end(), first, first + kept);
-  }
-  batch->history_offsets.push_back(static_cast<int32_t>(batch->history_ids.size()));
-  batch->candidate_ids.insert(batch->candidate_ids.end(), request.candidates.data,
-                              request.candidates.data + request.candidates.size);
-  batch->candidate_offsets.push_back(static_cast<int32_t>(batch->candidate_ids.size()));
-  ++batch->num_requests;
+  batch->num_requests = R;
   return Status::Ok();
 }
 

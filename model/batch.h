@@ -1,16 +1,15 @@
 // Batch: many ranking requests assembled into jagged tensors (values +
-// offsets, no padding), exactly the layout of DESIGN.md's data flow.
+// offsets, no padding), the layout every backend computes from (docs/model.md).
 // R = num_requests. Every `*_offsets` vector has R+1 entries, starts at 0 and
 // is non-decreasing; len(r) = offsets[r+1] - offsets[r].
 #ifndef JAGRANK_MODEL_BATCH_H_
 #define JAGRANK_MODEL_BATCH_H_
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/config.h"
 
 namespace jagrank {
@@ -33,6 +32,8 @@ struct Batch {
   // Clears the batch for reuse, keeping capacity. `num_sparse_features`
   // entries are kept in sparse_ids/sparse_offsets, each offsets = {0}.
   void Reset(int num_sparse_features);
+  // R * (longest history): what a padded layout of the histories would hold.
+  int64_t PaddedHistoryTokens() const;
 };
 
 // Per-request kept history lengths and candidate counts of `batch` (each
@@ -46,32 +47,35 @@ Status BatchLengths(const Batch& batch, int max_history_len, std::vector<int32_t
 // feature count). Names the bad field. Cheap: O(R * F).
 Status ValidateBatchShape(const Batch& batch, int num_dense_features, int num_sparse_features);
 
-// A read-only view of one request's features, in the model's terms. The
-// pointers must stay valid during AppendRequestToBatch only (it copies).
-struct IdSpan {
-  const int64_t* data = nullptr;
-  size_t size = 0;
-};
-struct RequestFeatures {
-  const float* dense = nullptr;   // [num_dense], must equal the config's num_dense_features
-  size_t num_dense = 0;
-  // One entry per configured sparse feature, in config order; an absent
-  // feature is an empty span. Fewer entries than features = the rest absent.
-  std::vector<IdSpan> sparse;
-  IdSpan history;                 // oldest first, any length (truncated here)
-  IdSpan candidates;              // 1..: the items to score
+// One ranking request in the model's terms: owned plain arrays, no
+// transport types. The server's gRPC handler converts a RankRequest into one
+// (server/rank_request.h); tests and benchmarks build them directly.
+struct RankInput {
+  std::vector<float> dense;                 // [num_dense_features]
+  // One list per configured sparse feature, in config order; an absent or
+  // empty feature pools to zero. Fewer lists than features: the rest absent.
+  std::vector<std::vector<int64_t>> sparse;
+  std::vector<int64_t> history;             // oldest first; only the last max_history_len ids are used
+  std::vector<int64_t> candidates;          // the items to score, at least one
+
+  // min(history.size(), max_history_len): what a batch keeps of the history.
+  int64_t KeptHistory(int max_history_len) const {
+    return history.size() < static_cast<size_t>(max_history_len) ? static_cast<int64_t>(history.size())
+                                                                 : max_history_len;
+  }
 };
 
 // Index of the sparse feature called `name` in config order, or -1.
 int SparseFeatureIndex(const ModelConfig& config, const std::string& name);
 
-// Appends one request as the next row r = batch->num_requests: copies its
-// dense values, sparse ids, the most recent min(len, max_history_len) history
-// ids (oldest first) and its candidates. On error (wrong dense count, more
-// sparse entries than features, no candidates) the batch is left unchanged
-// and the message names the field. REQUIRES: batch was Reset(F) for this
-// config (or built by earlier appends).
-Status AppendRequestToBatch(const ModelConfig& config, const RequestFeatures& request, Batch* batch);
+// The one batch assembly: fills `*batch` (cleared first, capacity kept) with
+// `inputs` in order. Values are appended request after request and each
+// field gets its offsets [R+1]; request-level data is copied once per
+// request, never once per candidate; histories keep their most recent
+// max_history_len ids. On error (wrong dense count, more sparse lists than
+// features, no candidates, a batch past 2^31-1 values) the message names the
+// request and the field, and the batch is left empty.
+Status AssembleBatch(const std::vector<const RankInput*>& inputs, const ModelConfig& config, Batch* batch);
 
 }  // namespace jagrank
 

@@ -1,4 +1,4 @@
-// ModelConfig: the contract keys of config/model.yaml (DESIGN.md), parsed once.
+// ModelConfig: the contract keys of config/model.yaml (docs/model.md), parsed once.
 #ifndef JAGRANK_MODEL_CONFIG_H_
 #define JAGRANK_MODEL_CONFIG_H_
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

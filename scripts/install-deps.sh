@@ -9,12 +9,15 @@ build_pkgs=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgtest-dev libopenblas-dev libgoogle-perftools-dev libnghttp2-dev
+  libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
-# Real peers the integration tests drive: the Prometheus server and a headless
-# browser; podman (with runc, and mmdebstrap for the local Debian base) for
-# deploy_image_test, which builds and runs the container image.
-test_pkgs=(prometheus chromium curl python3 podman buildah runc mmdebstrap uidmap)
+# Real peers the integration tests drive: the Prometheus server and a headless browser;
+# the Python package's tests (python/tests: the PyTorch twin, its gRPC stubs, pip install ./python);
+# podman (with runc, and mmdebstrap for the local Debian base) for deploy_image_test,
+# which builds and runs the container image.
+test_pkgs=(prometheus chromium curl python3
+  python3-torch python3-numpy python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-pip
+  podman buildah runc mmdebstrap uidmap)
 
 pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}")
 if [ "${1:-}" = "--build-only" ]; then pkgs=("${build_pkgs[@]}"); fi

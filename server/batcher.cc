@@ -19,11 +19,11 @@ bool QueuedRequest::Expired(Clock::time_point now, Status* why) const {
   return false;
 }
 
-Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCost attention_cost)
-    : config_(config), metrics_(metrics), attention_cost_(attention_cost) {}
+Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost)
+    : config_(config), metrics_(metrics), attention_cost_(std::move(attention_cost)) {}
 
 int64_t Batcher::AttentionCostOf(int64_t count, int64_t sum_of_squares, int64_t longest) const {
-  return attention_cost_ == AttentionCost::kPadded ? count * longest * longest : sum_of_squares;
+  return attention_cost_ ? attention_cost_(count, sum_of_squares, longest) : sum_of_squares;
 }
 
 Batcher::~Batcher() {
@@ -33,7 +33,7 @@ Batcher::~Batcher() {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(queue_);
   }
-  for (auto& r : left) r->finish(Status::Unavailable("server shut down before compute"), nullptr, 0);
+  for (auto& r : left) r->finish(Status::Unavailable("server shut down before compute"), nullptr, 0, "");
 }
 
 Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
@@ -131,7 +131,7 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
   metrics_->SetQueueDepth(depth);
   for (auto& [request, why] : dropped) {
     metrics_->OnRejected(why.code() == Status::Code::kCancelled ? "cancelled" : "deadline");
-    request->finish(why, nullptr, 0);
+    request->finish(why, nullptr, 0, "");
   }
   if (batch->empty()) return NextBatch(batch);  // everything taken had expired
   return true;

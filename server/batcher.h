@@ -31,8 +31,10 @@
 #include <string>
 #include <vector>
 
-#include "jagrank/v1/ranker.pb.h"
-#include "kernels/status.h"
+#include <absl/base/thread_annotations.h>
+
+#include "common/status.h"
+#include "model/batch.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
 
@@ -40,10 +42,17 @@ namespace jagrank {
 
 using Clock = std::chrono::steady_clock;
 
-// One accepted Rank call on its way through the batcher and the executor.
+// Completes an accepted request: called exactly once, from any thread, with
+// OK and `count` scores computed by the model version `model_version`, or
+// with an error (scores == nullptr, model_version empty).
+using RankFinish =
+    std::function<void(const Status& status, const float* scores, int64_t count, const std::string& model_version)>;
+
+// One accepted request on its way through the batcher and the executor:
+// transport-free (the gRPC handler converted it, server/rank_request.h).
 struct QueuedRequest {
-  // The validated request; owned by the RPC, valid until `finish` is called.
-  const v1::RankRequest* request = nullptr;
+  std::string request_id;  // the client's id, for logs
+  RankInput input;         // validated; history already truncated
   // Work it brings to a batch (history counted after truncation).
   int64_t candidates = 0;
   int64_t history_tokens = 0;
@@ -52,10 +61,7 @@ struct QueuedRequest {
   Clock::time_point deadline = Clock::time_point::max();
   // True once the client has gone away; may be empty (never cancelled).
   std::function<bool()> is_cancelled;
-  // Completes the call: called exactly once, from any thread, with OK and
-  // `count` scores, or with an error (scores == nullptr). After it returns
-  // `request` may be gone.
-  std::function<void(const Status& status, const float* scores, int64_t count)> finish;
+  RankFinish finish;
 
   // True when the request must not be computed any more; fills `why`.
   bool Expired(Clock::time_point now, Status* why) const;
@@ -63,14 +69,14 @@ struct QueuedRequest {
 
 class Batcher {
  public:
-  enum class AttentionCost {
-    kSumOfSquares,  // jagged: sum over requests of L^2
-    kPadded,        // padded_flash / padded_dense: R * (max L)^2
-  };
+  // The attention cost of `requests` histories whose squared lengths sum to
+  // `sum_of_squares` and whose longest is `longest`: the model's strategy
+  // says (Model::AttentionCost). Called under the batcher's lock.
+  using AttentionCostFn = std::function<int64_t(int64_t requests, int64_t sum_of_squares, int64_t longest)>;
 
-  // `metrics` must outlive the batcher.
-  Batcher(const BatchingConfig& config, ServerMetrics* metrics,
-          AttentionCost attention_cost = AttentionCost::kSumOfSquares);
+  // `metrics` must outlive the batcher. Without `attention_cost`, the jagged
+  // strategy's (sum of L^2).
+  Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost = {});
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
@@ -99,8 +105,9 @@ class Batcher {
   int64_t depth() const;
 
  private:
-  bool BudgetReachedLocked() const;  // REQUIRES: mu_ held
-  std::unique_ptr<QueuedRequest> PopLocked();  // REQUIRES: mu_ held, queue not empty; takes the head out of the totals
+  bool BudgetReachedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the head out of the queue and the totals. REQUIRES: queue not empty.
+  std::unique_ptr<QueuedRequest> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Attention cost of `count` requests whose squared lengths sum to
   // `sum_of_squares` and whose longest is `longest`.
@@ -108,16 +115,16 @@ class Batcher {
 
   const BatchingConfig config_;
   ServerMetrics* const metrics_;
-  const AttentionCost attention_cost_;
+  const AttentionCostFn attention_cost_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<QueuedRequest>> queue_;  // guarded by mu_
-  int64_t queued_candidates_ = 0;                     // guarded by mu_
-  int64_t queued_history_tokens_ = 0;                 // guarded by mu_
-  int64_t queued_attention_cost_ = 0;                 // guarded by mu_; sum of L^2
-  int64_t queued_longest_ = 0;                        // guarded by mu_; longest L since the queue was last empty (an upper bound)
-  bool closed_ = false;                               // guarded by mu_
-  bool executor_has_batch_waiting_ = false;           // guarded by mu_; see SetExecutorHasBatchWaiting
+  std::deque<std::unique_ptr<QueuedRequest>> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_candidates_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_history_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_attention_cost_ ABSL_GUARDED_BY(mu_) = 0;  // sum of L^2
+  int64_t queued_longest_ ABSL_GUARDED_BY(mu_) = 0;  // longest L since the queue was last empty (an upper bound)
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool executor_has_batch_waiting_ ABSL_GUARDED_BY(mu_) = false;  // see SetExecutorHasBatchWaiting
 };
 
 }  // namespace jagrank

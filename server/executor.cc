@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/batch_assembly.h"
+#include <spdlog/spdlog.h>
 
 namespace jagrank {
 namespace {
@@ -59,14 +59,18 @@ std::unique_ptr<Executor::Work> Executor::TakeSpare() {
 
 void Executor::Assemble(Work* work) {
   const Clock::time_point start = Clock::now();
-  std::vector<const v1::RankRequest*> protos;
-  protos.reserve(work->requests.size());
-  for (const auto& r : work->requests) protos.push_back(r->request);
-  AssembleBatch(protos, model_->config(), &work->batch, &work->padded_history_tokens);
+  std::vector<const RankInput*> inputs;
+  inputs.reserve(work->requests.size());
+  for (const auto& r : work->requests) inputs.push_back(&r->input);
+  // The inputs were validated at the door: a failure here is a bug, and the
+  // batch's requests get it as their answer.
+  work->status = AssembleBatch(inputs, model_->config(), &work->batch);
+  work->padded_history_tokens = work->batch.PaddedHistoryTokens();
   work->assemble_seconds = SecondsSince(start);
 }
 
 void Executor::Stage(Work* work) {
+  if (!work->status.ok()) return;  // assembly failed: nothing to stage
   const Clock::time_point start = Clock::now();
   work->status = model_->Stage(work->batch, work->slot);
   work->assemble_seconds += SecondsSince(start);
@@ -172,7 +176,7 @@ bool Executor::Compute(Work* work) {
       Status why;
       (*it)->Expired(now, &why);
       metrics_->OnRejected(why.code() == Status::Code::kCancelled ? "cancelled" : "deadline");
-      (*it)->finish(why, nullptr, 0);
+      (*it)->finish(why, nullptr, 0, "");
     }
     work->requests.erase(alive_end, work->requests.end());
     if (work->requests.empty()) {
@@ -215,11 +219,14 @@ bool Executor::Compute(Work* work) {
 void Executor::Complete(Work* work) {
   if (!work->status.ok()) {
     const Status error = Status::Internal("forward failed: " + work->status.ToString());
-    for (const auto& r : work->requests) r->finish(error, nullptr, 0);
+    spdlog::error("batch of {} requests: {}", work->requests.size(), error.message());
+    for (const auto& r : work->requests) r->finish(error, nullptr, 0, "");
   } else {
     const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
+    const std::string& version = model_->version();
     for (size_t i = 0; i < work->requests.size(); ++i) {
-      work->requests[i]->finish(Status::Ok(), work->scores.data() + offsets[i], offsets[i + 1] - offsets[i]);
+      work->requests[i]->finish(Status::Ok(), work->scores.data() + offsets[i], offsets[i + 1] - offsets[i],
+                                version);
     }
   }
   metrics_->SetMemory(model_->Memory());

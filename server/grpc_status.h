@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 

@@ -1,5 +1,5 @@
 // ServerMetrics: the observer the server reports to. The Prometheus
-// implementation (server/prometheus_metrics.h) exports DESIGN.md's metric
+// implementation (server/prometheus_metrics.h) exports docs/metrics.md's metric
 // names; NullMetrics is the no-op one for tests and tools.
 // Thread safety: every method may be called concurrently from any thread.
 #ifndef JAGRANK_SERVER_METRICS_H_
@@ -34,10 +34,8 @@ class ServerMetrics {
   virtual void OnRejected(const std::string& reason) = 0;
   // Time a request spent queued before its batch started.
   virtual void OnQueueLatency(double seconds) = 0;
-  // Time from handing a reply (or an error) to the front end until it is
-  // sent (gRPC: its "sent" event; h2_address: nghttp2 closed the stream
-  // after framing its last frame): the response path that
-  // request_latency_seconds does not include.
+  // Time from handing a reply (or an error) to gRPC until gRPC reports it
+  // sent: the response path that request_latency_seconds does not include.
   virtual void OnResponseSent(double seconds) = 0;
   virtual void OnBatch(const BatchStats& stats) = 0;
   virtual void SetQueueDepth(int64_t requests) = 0;

@@ -1,4 +1,4 @@
-// PrometheusMetrics: DESIGN.md's metric names on a prometheus-cpp registry,
+// PrometheusMetrics: docs/metrics.md's metric names on a prometheus-cpp registry,
 // served by its pull exposer (CivetWeb) at /metrics, plus the embedded status
 // page at "/" through CivetWeb's begin_request callback (the Exposer keeps its
 // CivetServer private, so the callback is the only way to add a path).
@@ -180,8 +180,7 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
                                        "Time a request waited in the batcher queue before its batch started");
     compute_latency_ = &LatencyHistogram("jagrank_compute_latency_seconds", "Model forward time per batch");
     response_send_latency_ = &LatencyHistogram(
-        "jagrank_response_send_seconds", "Time from handing a Rank reply to the front end until it was sent (gRPC: its sent event; "
-        "h2_address: the stream's last frame written out)");
+        "jagrank_response_send_seconds", "Time from handing a Rank reply to gRPC until gRPC reported it sent");
     assemble_latency_ = &LatencyHistogram("jagrank_batch_assemble_seconds", "Host batch assembly time per batch");
     h2d_latency_ = &LatencyHistogram("jagrank_h2d_seconds", "Host-to-device copy time per batch (0 on CPU)");
     d2h_latency_ = &LatencyHistogram("jagrank_d2h_seconds", "Device-to-host copy time per batch (0 on CPU)");

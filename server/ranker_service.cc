@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/batch_assembly.h"
 #include "server/grpc_status.h"
-#include "server/request_validation.h"
 
 namespace jagrank {
 namespace {
@@ -35,8 +33,8 @@ Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
 // queue's polling thread touches `finished` and `done`. Freed by that thread
 // once both the finish and the done notification have come back (or at once
 // when the request failed because the server shut down: then the call never
-// started and no other event comes). The request proto lives here, so it
-// stays valid until the call is finished, as QueuedRequest requires.
+// started and no other event comes). The request proto is read once, by
+// Handle, which converts it into the QueuedRequest's RankInput.
 class RankerService::RankCall {
  public:
   enum class Event { kRequested, kFinished, kDone };
@@ -77,7 +75,6 @@ RankerService::RankerService(const ServerConfig& config, ServerMetrics* metrics)
 RankerService::~RankerService() { StopPolling(); }
 
 int RankerService::CompletionQueueCount() const {
-  if (config_.grpc_completion_queues > 0) return config_.grpc_completion_queues;
   return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
 }
 
@@ -155,13 +152,17 @@ void RankerService::Poll(Queue* queue) {
 void RankerService::SetReady(const Model* model, Batcher* batcher) {
   model_ = model;
   batcher_ = batcher;
+  RequestLimits limits;
+  limits.max_candidates_per_request = config_.max_candidates_per_request;
+  limits.max_request_bytes = config_.max_request_bytes;
+  converter_ = std::make_unique<RankRequestConverter>(model->config(), limits);
   state_.store(kServing, std::memory_order_release);
 }
 
 void RankerService::SetDraining() { state_.store(kDraining, std::memory_order_release); }
 
-Status RankerService::Admit(const v1::RankRequest* request, Clock::time_point arrival, Clock::time_point deadline,
-                            std::function<bool()> is_cancelled, RankDone done) {
+Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
+  const Clock::time_point arrival = queued->arrival;
   auto reject = [&](const Status& status, const char* reason) {
     metrics_->OnRejected(reason);
     metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
@@ -171,22 +172,15 @@ Status RankerService::Admit(const v1::RankRequest* request, Clock::time_point ar
   if (state == kLoading) return reject(Status::Unavailable("model is still loading"), "not_ready");
   if (state == kDraining) return reject(Status::Unavailable("server is shutting down"), "shutting_down");
 
-  const ModelConfig& model_config = model_->config();
-  Status valid = ValidateRankRequest(*request, model_config, config_);
-  if (!valid.ok()) return reject(valid, "invalid_argument");
-
-  auto queued = std::make_unique<QueuedRequest>();
-  queued->request = request;
-  queued->candidates = request->candidate_item_ids_size();
-  queued->history_tokens = KeptHistoryLength(*request, model_config);
-  queued->attention_cost = queued->history_tokens * queued->history_tokens;
-  queued->arrival = arrival;
-  queued->deadline = deadline;
-  queued->is_cancelled = std::move(is_cancelled);
-  queued->finish = [this, arrival, done = std::move(done)](const Status& status, const float* scores, int64_t count) {
+  const int64_t kept = static_cast<int64_t>(queued->input.history.size());  // truncated at the door
+  queued->candidates = static_cast<int64_t>(queued->input.candidates.size());
+  queued->history_tokens = kept;
+  queued->attention_cost = kept * kept;
+  queued->finish = [this, arrival, done = std::move(queued->finish)](const Status& status, const float* scores,
+                                                                    int64_t count, const std::string& version) {
     metrics_->OnRequestDone(StatusCodeName(status.code()), status.ok() ? count : 0, SecondsSince(arrival));
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
-    done(status, scores, count);
+    done(status, scores, count, version);
   };
 
   metrics_->SetInflight(inflight_.fetch_add(1) + 1);
@@ -200,29 +194,36 @@ Status RankerService::Admit(const v1::RankRequest* request, Clock::time_point ar
 }
 
 void RankerService::Handle(RankCall* call) {
-  // True only once the done notification has come back (the async API's
-  // IsCancelled), which is when a cancelled call can be told apart.
-  auto is_cancelled = [call] { return call->context.IsCancelled(); };
-  // Runs on an executor thread; the call may be freed as soon as Finish is
-  // started, so nothing touches it after.
-  auto done = [this, call](const Status& status, const float* scores, int64_t count) {
-    if (status.ok()) FillRankResponse(call->request, model_->version(), scores, count, &call->response);
-    call->reply_started = Clock::now();
-    call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
-  };
-  Status admitted = Admit(&call->request, Clock::now(), SteadyDeadline(call->context), std::move(is_cancelled),
-                          std::move(done));
+  auto queued = std::make_unique<QueuedRequest>();
+  queued->arrival = Clock::now();
+  queued->deadline = SteadyDeadline(call->context);
+  Status admitted;
+  if (state_.load(std::memory_order_acquire) == kServing) {
+    // The protobuf stops here: converted and validated into a RankInput.
+    admitted = converter_->Convert(call->request, &queued->input);
+    if (!admitted.ok()) {
+      metrics_->OnRejected("invalid_argument");
+      metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
+    }
+  }
+  if (admitted.ok()) {
+    queued->request_id = call->request.request_id();
+    // True only once the done notification has come back (the async API's
+    // IsCancelled), which is when a cancelled call can be told apart.
+    queued->is_cancelled = [call] { return call->context.IsCancelled(); };
+    // Runs on an executor thread; the call may be freed as soon as Finish is
+    // started, so nothing touches it after.
+    queued->finish = [call](const Status& status, const float* scores, int64_t count, const std::string& version) {
+      if (status.ok()) FillRankResponse(call->request.request_id(), version, scores, count, &call->response);
+      call->reply_started = Clock::now();
+      call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
+    };
+    admitted = Admit(std::move(queued));
+  }
   if (!admitted.ok()) {
     call->reply_started = Clock::now();
     call->responder.FinishWithError(ToGrpcStatus(admitted, call->request.request_id()), &call->finished_tag);
   }
-}
-
-void FillRankResponse(const v1::RankRequest& request, const std::string& model_version, const float* scores,
-                      int64_t count, v1::RankResponse* response) {
-  response->set_request_id(request.request_id());
-  response->mutable_scores()->Add(scores, scores + count);
-  response->set_model_version(model_version);
 }
 
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {

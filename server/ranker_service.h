@@ -1,13 +1,14 @@
 // RankerService: the jagrank.v1.Ranker gRPC service. Rank runs on the async
-// completion-queue API: kCompletionQueues server completion queues, each
-// polled by its own thread, with kCallsRequestedPerQueue calls requested on
-// each ahead of time. A polling thread validates a new call, queues it on the
-// batcher and goes back to its queue; the executor finishes the call when its
-// batch is computed. (On the H200 host, jagged h1024 in one benchmark call:
-// the callback API peaked at 49.7k QPS at 128 calls in flight and fell to
-// 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms, at about
-// the same server CPU per call.) GetModelInfo is rare and stays on the
-// callback API.
+// completion-queue API: CompletionQueueCount() server completion queues,
+// each polled by its own thread, with kCallsRequestedPerQueue calls
+// requested on each ahead of time. A polling thread converts a new call's
+// RankRequest into a RankInput (server/rank_request.h: the protobuf stops
+// there), queues it on the batcher and goes back to its queue; the executor
+// finishes the call when its batch is computed. (On the H200 host, jagged
+// h1024: the callback API peaked at 49.7k QPS at 128 calls in flight and
+// fell to 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms,
+// at about the same server CPU per call.) GetModelInfo is rare and stays on
+// the callback API.
 #ifndef JAGRANK_SERVER_RANKER_SERVICE_H_
 #define JAGRANK_SERVER_RANKER_SERVICE_H_
 
@@ -26,13 +27,10 @@
 #include "model/model.h"
 #include "server/batcher.h"
 #include "server/metrics.h"
+#include "server/rank_request.h"
 #include "server/server_config.h"
 
 namespace jagrank {
-
-// A Rank call's answer: the request's id, one score per candidate, the version.
-void FillRankResponse(const v1::RankRequest& request, const std::string& model_version, const float* scores,
-                      int64_t count, v1::RankResponse* response);
 
 class RankerService final
     : public v1::Ranker::WithAsyncMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
@@ -71,28 +69,21 @@ class RankerService final
   // The model's version, as Rank reports it. REQUIRES: loaded().
   std::string model_version() const { return model_->version(); }
 
-  // How a front end learns that an admitted call is over: called exactly
-  // once, from an executor thread, with OK and `count` scores or with an
-  // error (scores == nullptr). The request stays valid until it returns.
-  using RankDone = std::function<void(const Status& status, const float* scores, int64_t count)>;
-  // Admission shared by every front end (Rank on gRPC's completion queues
-  // here, and server/h2_frontend.h): refuses while loading or draining,
-  // validates `*request` and queues it on the batcher. OK: the call is
-  // accepted and `done` will run. Otherwise the status to answer with (the
-  // rejection is already counted in the metrics) and `done` never runs.
-  // `request` must stay valid until `done` has run; `is_cancelled` may be
-  // empty. Thread-safe.
-  Status Admit(const v1::RankRequest* request, Clock::time_point arrival, Clock::time_point deadline,
-               std::function<bool()> is_cancelled, RankDone done);
+  // Admission of a converted request: refuses while loading or draining,
+  // and queues it on the batcher. OK: the request is accepted and its
+  // `finish` will run (wrapped here to count it in the metrics). Otherwise the
+  // status to answer with (the rejection is already counted) and `finish`
+  // never runs. Thread-safe.
+  Status Admit(std::unique_ptr<QueuedRequest> request);
   // GetModelInfo's answer. REQUIRES: SetReady ran.
   void FillModelInfo(v1::ModelInfo* info) const;
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
 
-  // Completion queues (= polling threads) Rank is served on:
-  // config.grpc_completion_queues, or when that is 0 half the cores, 2 to 8
-  // (the executor's own threads need the rest).
+  // Completion queues (= polling threads) Rank is served on: half the
+  // cores, 2 to 8 (the executor's own threads need the rest; on the 16-core
+  // H200 host 4 queues served less and 16 no more than these 8).
   int CompletionQueueCount() const;
   // Calls requested ahead of time on each queue, so that a burst of new
   // calls finds requested ones waiting instead of queueing inside gRPC
@@ -121,6 +112,7 @@ class RankerService final
   ServerMetrics* const metrics_;
   const Model* model_ = nullptr;  // set once before state_ becomes kServing
   Batcher* batcher_ = nullptr;    // set once before state_ becomes kServing
+  std::unique_ptr<RankRequestConverter> converter_;  // set once before state_ becomes kServing
   std::atomic<int> state_{kLoading};
   std::atomic<int64_t> inflight_{0};
   std::vector<std::unique_ptr<Queue>> queues_;

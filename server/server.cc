@@ -10,10 +10,10 @@
 #include <thread>
 #include <utility>
 
-#include "kernels/cuda_check.h"
+#include "common/cuda_check.h"
+#include "common/socket_address.h"
 #include "model/weights.h"
-#include "server/batch_assembly.h"
-#include "server/grpc_process.h"
+#include "common/process.h"
 
 namespace jagrank {
 namespace {
@@ -25,29 +25,36 @@ Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, c
     RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
   }
   ModelOptions options;
-  options.device = device;
-  options.cpu_threads = config.cpu_threads;
-  options.cuda_blocking_sync = config.cuda_sync == "block";
-  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  RETURN_IF_ERROR(MakeModelOptions(config, device, &options));
   return Model::Create(model_config, std::move(weights), options, out);
 }
 
 // Requests of every history shape the model meets (empty, short, full).
-std::vector<v1::RankRequest> WarmupRequests(const ModelConfig& c) {
-  std::vector<v1::RankRequest> requests;
-  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len + 1};
+std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
+  std::vector<RankInput> requests;
+  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len};
   for (int i = 0; i < 4; ++i) {
-    v1::RankRequest r;
-    for (int j = 0; j < c.num_dense_features; ++j) r.add_dense_features(0.1f * j);
-    for (const SparseFeatureConfig& f : c.sparse_features) (*r.mutable_sparse_features())[f.name].add_ids(i);
-    for (int j = 0; j < lengths[i]; ++j) r.add_history(j * 7919 + i);
-    for (int j = 0; j < 8; ++j) r.add_candidate_item_ids(j * 104729 + i);
+    RankInput r;
+    for (int j = 0; j < c.num_dense_features; ++j) r.dense.push_back(0.1f * j);
+    r.sparse.assign(c.sparse_features.size(), std::vector<int64_t>{i});
+    for (int j = 0; j < lengths[i]; ++j) r.history.push_back(int64_t{j} * 7919 + i);
+    for (int j = 0; j < 8; ++j) r.candidates.push_back(int64_t{j} * 104729 + i);
     requests.push_back(std::move(r));
   }
   return requests;
 }
 
 }  // namespace
+
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out) {
+  ModelOptions options;
+  options.device = device;
+  options.cpu_threads = config.cpu_threads;
+  options.cuda_bf16 = config.precision != "fp32";  // auto and bf16
+  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  *out = options;
+  return Status::Ok();
+}
 
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
   ModelConfig model_config;
@@ -98,6 +105,9 @@ Status JagrankServer::Start() {
   service_ = std::make_unique<RankerService>(config_, metrics_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC reports a taken port only in its own log, as "No address added":
+  // say it in plain words before trying.
+  RETURN_IF_ERROR(CheckAddressFree("grpc_address", config_.grpc_address));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
@@ -113,6 +123,11 @@ Status JagrankServer::Start() {
   std::vector<GrpcChannelArg> extra_args;  // also checked by ValidateServerConfig in Create
   RETURN_IF_ERROR(ParseGrpcChannelArgs(config_.grpc_channel_args, ServerReservedGrpcChannelArgs(),
                                        "server config grpc_channel_args", &extra_args));
+  for (const GrpcDefaultChannelArg& arg : ServerDefaultGrpcChannelArgs()) {
+    const bool overridden = std::any_of(extra_args.begin(), extra_args.end(),
+                                        [&arg](const GrpcChannelArg& extra) { return extra.name == arg.name; });
+    if (!overridden) builder.AddChannelArgument(arg.name, arg.value);
+  }
   for (const GrpcChannelArg& arg : extra_args) {
     if (arg.is_int) {
       builder.AddChannelArgument(arg.name, arg.int_value);
@@ -121,40 +136,27 @@ Status JagrankServer::Start() {
     }
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             static_cast<int>(config_.keepalive_min_client_ping_interval_ms));
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
-    return Status::Unavailable("cannot listen on grpc_address '" + config_.grpc_address + "'");
+    return Status::Unavailable("grpc_address '" + config_.grpc_address + "': cannot listen (gRPC's log says why)");
   }
   service_->StartPolling();
   SetHealth(false);
-  if (!config_.h2_address.empty()) {
-    h2_frontend_ = std::make_unique<H2Frontend>(config_, service_.get(), metrics_);
-    RETURN_IF_ERROR(h2_frontend_->Start());
-  }
   return Status::Ok();
 }
 
 Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   model_ = std::move(model);
   // Warm-up: first-touch allocations, workspace pools, kernel loading.
-  const std::vector<v1::RankRequest> requests = WarmupRequests(model_->config());
-  std::vector<const v1::RankRequest*> pointers;
-  for (const v1::RankRequest& r : requests) pointers.push_back(&r);
+  const std::vector<RankInput> requests = WarmupRequests(model_->config());
+  std::vector<const RankInput*> pointers;
+  for (const RankInput& r : requests) pointers.push_back(&r);
   Batch batch;
-  int64_t padded = 0;
-  AssembleBatch(pointers, model_->config(), &batch, &padded);
+  RETURN_IF_ERROR(AssembleBatch(pointers, model_->config(), &batch));
   std::vector<float> scores;
   // Through every staging slot the executor uses, so that none of them
   // allocates its pinned and device buffers under live traffic.
-  const int warmup_batches =
-      config_.warmup_batches > 0 ? std::max(config_.warmup_batches, Model::kStageSlots) : 0;
-  for (int i = 0; i < warmup_batches; ++i) {
-    const int slot = i % Model::kStageSlots;
+  for (int slot = 0; slot < Model::kStageSlots; ++slot) {
     ForwardTimings timings;
     Status s = model_->Stage(batch, slot);
     if (s.ok()) s = model_->Run(slot, &scores, &timings);
@@ -162,9 +164,9 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   }
   metrics_->SetMemory(model_->Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       model_->attention() == AttentionStrategy::kJagged
-                                           ? Batcher::AttentionCost::kSumOfSquares
-                                           : Batcher::AttentionCost::kPadded);
+                                       [model = model_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
+                                         return model->AttentionCost(requests, sum_sq, longest);
+                                       });
   executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
   executor_->Start();
   service_->SetReady(model_.get(), batcher_.get());
@@ -184,6 +186,14 @@ Status JagrankServer::Drain() {
   if (drained_) return drain_status_;
   drained_ = true;
   if (grpc_server_ == nullptr) return drain_status_;
+  if (batcher_ == nullptr) {
+    // The start failed before Ready: no request was accepted, nothing to
+    // drain or to log.
+    grpc_server_->Shutdown(std::chrono::system_clock::now());
+    service_->StopPolling();
+    grpc_server_->Wait();
+    return drain_status_;
+  }
   const Clock::time_point start = Clock::now();
   const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
   SetHealth(false);
@@ -206,7 +216,6 @@ Status JagrankServer::Drain() {
       grpc_server_->Shutdown(std::chrono::system_clock::now());
       // The executor may still be inside Forward: keep everything it can
       // touch alive; the caller is expected to exit the process now.
-      (void)h2_frontend_.release();
       (void)executor_.release();
       (void)batcher_.release();
       (void)model_.release();
@@ -218,7 +227,6 @@ Status JagrankServer::Drain() {
   // rather than a transport-level cancel when the listener closes.
   spdlog::debug("drain: accepted work done after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
-  if (h2_frontend_ != nullptr) h2_frontend_->Stop();
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   // Rank's completion queues go after the server (gRPC's order); every call

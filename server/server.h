@@ -14,11 +14,10 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/status.h"
+#include "common/status.h"
 #include "model/model.h"
 #include "server/batcher.h"
 #include "server/executor.h"
-#include "server/h2_frontend.h"
 #include "server/metrics.h"
 #include "server/ranker_service.h"
 #include "server/server_config.h"
@@ -33,10 +32,10 @@ inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
 // and builds the model on config.device ("auto": the GPU when this build has
 // CUDA and one is usable, the CPU otherwise).
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out);
-
-// config/server.yaml as it was at build time (the default of --config).
-// The embedded model config is model/config.h's DefaultModelConfig().
-const char* EmbeddedServerYaml();
+// The ModelOptions LoadModel builds the model with on `device` (resolved:
+// cpu, cuda or cuda:N): threads, attention strategy, and precision's CUDA
+// numerics (fp32 -> cuda_bf16 false; bf16 and auto -> true).
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out);
 
 class JagrankServer {
  public:
@@ -50,8 +49,6 @@ class JagrankServer {
   ~JagrankServer();  // Drain()s if not done yet.
 
   int port() const { return port_; }        // the bound gRPC port
-  // The bound port of h2_address (server/h2_frontend.h); 0 when it is off or a unix socket.
-  int h2_port() const { return h2_frontend_ != nullptr ? h2_frontend_->port() : 0; }
   const Model& model() const { return *model_; }
   const ServerConfig& config() const { return config_; }
 
@@ -75,7 +72,6 @@ class JagrankServer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<RankerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<H2Frontend> h2_frontend_;  // null unless config.h2_address is set
   int port_ = 0;
   std::mutex drain_mu_;
   bool drained_ = false;  // guarded by drain_mu_

@@ -1,5 +1,5 @@
 // The CPU forward against the model computed with plain loops straight from
-// DESIGN.md ("Model"), written here with no code shared with model/ (only the
+// docs/model.md, written here with no code shared with model/ (only the
 // weights are read through ModelWeights). Also: the three attention
 // strategies agree, Batch assembly truncates histories, Model::Create errors.
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ struct RawRequest {
 };
 
 // ---------------------------------------------------------------------------
-// Reference: DESIGN.md steps 1-8, double accumulation, one request at a time.
+// Reference: docs/model.md steps 1-8, double accumulation, one request at a time.
 class Reference {
  public:
   Reference(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w) {}
@@ -209,23 +209,25 @@ ModelWeights CopyWeights(const ModelWeights& from) {
 }
 
 Batch BuildBatch(const ModelConfig& config, const std::vector<RawRequest>& requests) {
-  Batch batch;
-  batch.Reset(static_cast<int>(config.sparse_features.size()));
+  std::vector<RankInput> inputs;
   for (const RawRequest& r : requests) {
-    RequestFeatures f;
-    f.dense = r.dense.data();
-    f.num_dense = r.dense.size();
-    f.sparse.resize(config.sparse_features.size());
+    RankInput input;
+    input.dense = r.dense;
+    input.sparse.resize(config.sparse_features.size());
     for (const auto& kv : r.sparse) {
       const int index = SparseFeatureIndex(config, kv.first);
       EXPECT_GE(index, 0) << kv.first;
-      f.sparse[index] = {kv.second.data(), kv.second.size()};
+      if (index >= 0) input.sparse[index] = kv.second;
     }
-    f.history = {r.history.data(), r.history.size()};
-    f.candidates = {r.candidates.data(), r.candidates.size()};
-    Status s = AppendRequestToBatch(config, f, &batch);
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    input.history = r.history;
+    input.candidates = r.candidates;
+    inputs.push_back(std::move(input));
   }
+  std::vector<const RankInput*> pointers;
+  for (const RankInput& input : inputs) pointers.push_back(&input);
+  Batch batch;
+  Status s = AssembleBatch(pointers, config, &batch);
+  EXPECT_TRUE(s.ok()) << s.ToString();
   return batch;
 }
 
@@ -387,32 +389,60 @@ TEST(ModelForwardTest, DefaultModelScoresAreSpreadNotSaturated) {
   EXPECT_EQ(model->version().size(), 16u);
 }
 
-TEST(ModelForwardTest, AppendRequestRejectsBadInputAndLeavesBatchUnchanged) {
+TEST(ModelForwardTest, AssembleBatchRejectsBadInputNamingRequestAndField) {
   const ModelConfig config = SmallConfig(8, 2, 2, 1);
   std::mt19937_64 rng(6);
-  Batch batch = BuildBatch(config, {RandomRequest(rng, config, 3, 2)});
-  const Batch before = batch;
-  RawRequest r = RandomRequest(rng, config, 3, 2);
-  RequestFeatures f;
-  f.dense = r.dense.data();
-  f.num_dense = r.dense.size() - 1;
-  f.candidates = {r.candidates.data(), r.candidates.size()};
-  Status s = AppendRequestToBatch(config, f, &batch);
-  EXPECT_NE(s.message().find("dense_features"), std::string::npos) << s.message();
-  f.num_dense = r.dense.size();
-  f.candidates = {};
-  s = AppendRequestToBatch(config, f, &batch);
-  EXPECT_NE(s.message().find("candidate_item_ids"), std::string::npos) << s.message();
-  f.candidates = {r.candidates.data(), r.candidates.size()};
-  f.sparse.resize(3);
-  s = AppendRequestToBatch(config, f, &batch);
-  EXPECT_NE(s.message().find("sparse_features"), std::string::npos) << s.message();
-  EXPECT_EQ(batch.num_requests, before.num_requests);
-  EXPECT_EQ(batch.dense, before.dense);
-  EXPECT_EQ(batch.candidate_offsets, before.candidate_offsets);
-  EXPECT_EQ(batch.sparse_offsets, before.sparse_offsets);
+  const RawRequest raw = RandomRequest(rng, config, 3, 2);
+  RankInput good;
+  good.dense = raw.dense;
+  good.history = raw.history;
+  good.candidates = raw.candidates;
+  Batch batch;
+  RankInput bad = good;
+  bad.dense.pop_back();
+  Status s = AssembleBatch({&good, &bad}, config, &batch);
+  EXPECT_NE(s.message().find("request 1: dense"), std::string::npos) << s.message();
+  EXPECT_EQ(batch.num_requests, 0);
+  bad = good;
+  bad.candidates.clear();
+  s = AssembleBatch({&bad}, config, &batch);
+  EXPECT_NE(s.message().find("request 0: candidates"), std::string::npos) << s.message();
+  bad = good;
+  bad.sparse.resize(3);
+  s = AssembleBatch({&good, &good, &bad}, config, &batch);
+  EXPECT_NE(s.message().find("request 2: sparse"), std::string::npos) << s.message();
+  EXPECT_EQ(batch.num_requests, 0);
+  EXPECT_EQ(batch.candidate_offsets, std::vector<int32_t>{0});
+  // A good batch after a refused one: the refused one left nothing behind.
+  ASSERT_TRUE(AssembleBatch({&good}, config, &batch).ok());
+  EXPECT_EQ(batch.num_requests, 1);
+  EXPECT_EQ(batch.candidate_ids, good.candidates);
   EXPECT_EQ(SparseFeatureIndex(config, "segments"), 1);
   EXPECT_EQ(SparseFeatureIndex(config, "nope"), -1);
+}
+
+TEST(ModelForwardTest, AssembleBatchKeepsTheMostRecentHistory) {
+  ModelConfig config = SmallConfig(8, 2, 2, 1);
+  config.max_history_len = 3;
+  RankInput a;
+  a.dense.assign(config.num_dense_features, 0.5f);
+  a.sparse = {{7, 8}};  // the second feature absent
+  a.history = {1, 2, 3, 4, 5};
+  a.candidates = {10, 11};
+  RankInput b = a;
+  b.sparse = {{}, {9}};
+  b.history = {6};
+  b.candidates = {12};
+  Batch batch;
+  ASSERT_TRUE(AssembleBatch({&a, &b}, config, &batch).ok());
+  EXPECT_EQ(batch.history_ids, (std::vector<int64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(batch.history_offsets, (std::vector<int32_t>{0, 3, 4}));
+  EXPECT_EQ(batch.sparse_ids[0], (std::vector<int64_t>{7, 8}));
+  EXPECT_EQ(batch.sparse_offsets[0], (std::vector<int32_t>{0, 2, 2}));
+  EXPECT_EQ(batch.sparse_ids[1], (std::vector<int64_t>{9}));
+  EXPECT_EQ(batch.sparse_offsets[1], (std::vector<int32_t>{0, 0, 1}));
+  EXPECT_EQ(batch.candidate_offsets, (std::vector<int32_t>{0, 2, 3}));
+  EXPECT_EQ(batch.PaddedHistoryTokens(), 6);
 }
 
 TEST(ModelForwardTest, CreateAndForwardErrorsNameTheProblem) {

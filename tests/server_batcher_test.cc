@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "model/model.h"
 #include "server/batcher.h"
 
 namespace jagrank {
@@ -22,16 +23,16 @@ std::unique_ptr<QueuedRequest> Fake(int tag, int64_t candidates, int64_t history
   r->candidates = candidates;
   r->history_tokens = history;
   r->attention_cost = history * history;
-  r->finish = [tag, finished](const Status& s, const float*, int64_t) {
+  r->finish = [tag, finished](const Status& s, const float*, int64_t, const std::string&) {
     std::lock_guard<std::mutex> lock(finished->mu);
     finished->calls.emplace_back(tag, s.code());
   };
   r->is_cancelled = [] { return false; };
-  r->request = reinterpret_cast<const v1::RankRequest*>(static_cast<intptr_t>(tag + 1));  // tag carrier, never read
+  r->request_id = std::to_string(tag);
   return r;
 }
 
-int Tag(const std::unique_ptr<QueuedRequest>& r) { return static_cast<int>(reinterpret_cast<intptr_t>(r->request)) - 1; }
+int Tag(const std::unique_ptr<QueuedRequest>& r) { return std::stoi(r->request_id); }
 
 BatchingConfig Budgets() {
   BatchingConfig c;
@@ -132,7 +133,7 @@ TEST(BatcherTest, PaddedAttentionCostCountsTheLongestHistoryForEveryRequest) {
   c.max_batch_candidates = 1000;
   c.max_batch_history_tokens = 100000;
   c.max_batch_attention_cost = 3 * 50 * 50;  // sum of squares would allow 50, 10, 10, 10, 10 ...
-  Batcher padded(c, &metrics, Batcher::AttentionCost::kPadded);
+  Batcher padded(c, &metrics, PaddedAttentionCost);
   for (int len : {50, 10, 10, 10, 10}) {
     auto r = Fake(len, 1, len, &finished);
     ASSERT_TRUE(padded.Enqueue(&r).ok());
@@ -140,7 +141,7 @@ TEST(BatcherTest, PaddedAttentionCostCountsTheLongestHistoryForEveryRequest) {
   std::vector<std::unique_ptr<QueuedRequest>> batch;
   ASSERT_TRUE(padded.NextBatch(&batch));  // 5 * 50^2 > budget: closes at once
   EXPECT_EQ(batch.size(), 3u);            // 3 * 50^2 fits, a fourth does not
-  Batcher jagged(c, &metrics, Batcher::AttentionCost::kSumOfSquares);
+  Batcher jagged(c, &metrics, JaggedAttentionCost);
   for (int len : {50, 10, 10, 10, 10}) {
     auto r = Fake(len, 1, len, &finished);
     ASSERT_TRUE(jagged.Enqueue(&r).ok());

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "common/cuda_check.h"
 #include "model/config.h"
 #include "process_util.h"
 #include "server_test_helpers.h"
@@ -46,6 +47,32 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
+
+// A TCP socket listening on a loopback port (closed on destruction): a port
+// another process holds.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd_, 4) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~HeldPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // Waits up to `timeout` for `pid` to exit; fills its wait status.
 bool WaitExit(pid_t pid, std::chrono::milliseconds timeout, int* status) {
@@ -150,7 +177,8 @@ class ServerProcessTest : public ::testing::Test {
 };
 
 // A second server on a port that one already serves must fail to start
-// (exit code != 0, the address in the error) rather than share the port.
+// (exit code 1) rather than share the port, saying "address already in use"
+// with the address, as its last word (no drain of a server that never ran).
 TEST_F(ServerProcessTest, SecondServerOnTheSamePortFailsToStart) {
   StartServer({});
   const std::string log = dir_ + "/second.log";
@@ -167,8 +195,10 @@ TEST_F(ServerProcessTest, SecondServerOnTheSamePortFailsToStart) {
   ASSERT_TRUE(exited) << "second server still running on " << address_ << "; log:\n" << ReadFile(log);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << ReadFile(log);
   const std::string text = ReadFile(log);
-  EXPECT_NE(text.find("cannot listen"), std::string::npos) << text;
-  EXPECT_NE(text.find(address_), std::string::npos) << text;
+  EXPECT_NE(text.find("start failed: UNAVAILABLE: grpc_address '" + address_ + "': address already in use"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("drain"), std::string::npos) << text;
   // The first server is unharmed.
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + 10s);
@@ -200,6 +230,10 @@ TEST_F(ServerProcessTest, MainConfiguresAbseilBeforeStarting) {
     const std::string text = ReadFile(log);
     EXPECT_NE(text.find("missing.yaml"), std::string::npos) << text;
     EXPECT_EQ(text.find("lock-order checker stays on") != std::string::npos, keep) << text;
+    // The failure is the last word: the listener that was up while the model
+    // loaded closes without "draining ... drained" lines.
+    EXPECT_NE(text.find("start failed"), std::string::npos) << text;
+    EXPECT_EQ(text.find("drain"), std::string::npos) << text;
   }
 }
 
@@ -316,7 +350,7 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_GE(p99, p50);
   EXPECT_EQ(result["server"]["model"], "test-small");
   // The loadgen measures its own CPU (it shares the host with the server in
-  // the benchmarks) and parses a sample of the responses (call 0 among them).
+  // the benchmarks) and parses a sample of the responses (the first call among them).
   EXPECT_GT(result["client_cpu_cores"].get<double>(), 0.0) << result.dump();
   EXPECT_LT(result["client_cpu_cores"].get<double>(), 64.0) << result.dump();
   EXPECT_GE(result["responses_checked_every"].get<int64_t>(), 1);
@@ -357,6 +391,10 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
 
   StartServer({"--grpc-channel-args", "grpc.http2.bdp_probe=0"}, "unix:" + dir_ + "/jagrank.sock");
   EXPECT_NE(ReadFile(dir_ + "/server.log").find("grpc_channel_args=grpc.http2.bdp_probe=0"), std::string::npos);
+  // A second server on the same socket path is refused (gRPC would unlink
+  // the path and take it over).
+  EXPECT_EQ(RunServerToExit("--metrics-address '' --grpc-address " + address_, &out), 1) << out;
+  EXPECT_NE(out.find("grpc_address '" + address_ + "': address already in use"), std::string::npos) << out;
 
   const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
                            " --concurrency 2 --duration-s 0.5 --warmup-s 0.1 --candidates-min 5 --candidates-max 20"
@@ -376,29 +414,23 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
   EXPECT_EQ(nlohmann::json::parse(ReadFile(json))["workload"]["minimal_stack"], true);
   EXPECT_EQ(RunCommand(load + " --grpc-channel-args grpc.minimal_stack=1 2>&1", &out), 2);
   EXPECT_NE(out.find("use --minimal-stack"), std::string::npos) << out;
-  // The nghttp2 engine over the unix socket too.
-  ASSERT_EQ(RunCommand(load + " --engine nghttp2 --json-out " + json + " 2>&1", &out), 0) << out;
-  const nlohmann::json h2 = nlohmann::json::parse(ReadFile(json));
-  EXPECT_GT(h2["requests_ok"].get<int64_t>(), 0) << h2.dump();
-  EXPECT_EQ(h2["requests_error"].get<int64_t>(), 0) << h2.dump();
 
   stub_.reset();  // as above: no idle connection of this process at the drain
   channel_.reset();
   StopServerExpectCleanExit();
 }
 
-// jagrank-loadgen --engine nghttp2 speaks gRPC's wire format itself (no
-// gRPC client library): against the real server it gets every call answered
-// and the sampled responses' score counts right, in the closed and the open
-// loop; it reports the server's own status and message for refused calls;
-// and when the server dies mid-run it counts the calls lost as UNAVAILABLE
-// and still ends (rc 0) after its window.
-TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) {
+// jagrank-loadgen against the real server gets every call answered and the
+// sampled responses' score counts right, in the closed and the open loop; it
+// reports the server's own status and message for refused calls; and when
+// the server dies mid-run it counts the calls lost as UNAVAILABLE and still
+// ends after its window.
+TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   StartServer({"--max-candidates-per-request", "40"});
   const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
-                           " --engine nghttp2 --channels 3 --client-threads 2 --history-median 8 --pool 64";
+                           " --channels 3 --client-threads 2 --history-median 8 --pool 64";
   std::string out;
-  const std::string json = dir_ + "/h2.json";
+  const std::string json = dir_ + "/loadgen.json";
   ASSERT_EQ(RunCommand(load + " --concurrency 8 --duration-s 1 --warmup-s 0.2 --candidates-min 5"
                               " --candidates-max 20 --json-out " + json + " 2>&1",
                        &out),
@@ -407,16 +439,11 @@ TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) 
   nlohmann::json r = nlohmann::json::parse(ReadFile(json));
   EXPECT_GT(r["requests_ok"].get<int64_t>(), 64) << r.dump();  // so sampled responses were parsed and counted
   EXPECT_EQ(r["requests_error"].get<int64_t>(), 0) << r.dump();
-  EXPECT_EQ(r["workload"]["engine"], "nghttp2") << r.dump();
   EXPECT_EQ(r["server"]["model"], "test-small");
   EXPECT_GE(r["latency_ms"]["p99"].get<double>(), r["latency_ms"]["p50"].get<double>());
   EXPECT_GT(r["latency_ms"]["p50"].get<double>(), 0) << r.dump();
-  // The client-side split: both parts non-negative and within the call.
-  EXPECT_GE(r["latency_split_ms"]["send_wait"]["p50"].get<double>(), 0) << r.dump();
-  EXPECT_GT(r["latency_split_ms"]["turnaround"]["p50"].get<double>(), 0) << r.dump();
-  EXPECT_LE(r["latency_split_ms"]["turnaround"]["p50"].get<double>(), r["latency_ms"]["max"].get<double>()) << r.dump();
 
-  // Open loop: the loops' timers pace a Poisson stream of 200 calls/s.
+  // Open loop: the pacers send a Poisson stream of 200 calls/s.
   ASSERT_EQ(RunCommand(load + " --rate 200 --duration-s 2 --warmup-s 0.2 --candidates-min 5 --candidates-max 20"
                               " --json-out " + json + " 2>&1",
                        &out),
@@ -443,15 +470,11 @@ TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) 
   EXPECT_NE(r["first_error"].get<std::string>().find("max_candidates_per_request = 40"), std::string::npos)
       << r.dump();
 
-  EXPECT_EQ(RunCommand(load + " --engine http3 2>&1", &out), 2);
-  EXPECT_NE(out.find("must be grpc or nghttp2"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand(load + " --channels 1 2>&1", &out), 2);
-  EXPECT_NE(out.find("--channels (1) >= --client-threads (2)"), std::string::npos) << out;
 
   // The server dies once the measured window has begun (the progress line
   // on stderr says so): the loadgen ends after its window, the calls lost
   // counted as UNAVAILABLE.
-  const std::string progress = dir_ + "/h2_progress.txt";
+  const std::string progress = dir_ + "/loadgen_progress.txt";
   int killed_rc = -1;
   std::thread loadgen([&] {
     std::string ignored;
@@ -474,64 +497,86 @@ TEST_F(ServerProcessTest, LoadgenNghttp2EngineClosedOpenRefusedAndServerKilled) 
   EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
 }
 
-// --h2-address (server/h2_frontend.h), here on a unix socket: jagrank-client
-// (gRPC C++) and both loadgen engines get every call answered there; its
-// flags are validated by name; SIGTERM drains it and removes the socket.
-TEST_F(ServerProcessTest, H2AddressServesTheClientAndBothLoadgenEngines) {
+// precision is checked on the CPU too (and then ignored); an unknown
+// log_level is refused naming the allowed levels, before anything starts
+// (spdlog would take it as "off" and hide even the start failures).
+TEST_F(ServerProcessTest, PrecisionAndLogLevelAreValidated) {
   std::string out;
-  EXPECT_EQ(RunServerToExit("--h2-threads 65", &out), 2);
-  EXPECT_NE(out.find("h2_threads = 65: must be in [0, 64]"), std::string::npos) << out;
-  EXPECT_EQ(RunServerToExit("--h2-address 127.0.0.1:1 --grpc-address 127.0.0.1:1", &out), 2);
-  EXPECT_NE(out.find("must differ from grpc_address"), std::string::npos) << out;
-
-  const std::string h2 = "unix:" + dir_ + "/h2.sock";
-  StartServer({"--h2-address", h2, "--h2-threads", "3", "--max-candidates-per-request", "40"});
-  const std::string log = ReadFile(dir_ + "/server.log");
-  EXPECT_NE(log.find("h2 front end on " + h2 + " (port 0), 3 event loops"), std::string::npos) << log;
-  EXPECT_NE(log.find("h2=" + h2 + " h2_threads=3"), std::string::npos) << log;
-
-  // A port already taken (this server's gRPC port): a clear start-up error.
-  EXPECT_EQ(RunServerToExit("--h2-address 127.0.0.1:" + std::to_string(port_), &out), 1);
-  EXPECT_NE(out.find("cannot listen on h2_address '127.0.0.1:" + std::to_string(port_) + "'"), std::string::npos)
+  EXPECT_EQ(RunServerToExit("--precision fp16", &out), 2);
+  EXPECT_NE(out.find("precision (server config key precision) = 'fp16': must be one of auto, fp32, bf16"),
+            std::string::npos)
       << out;
-
-  const std::string client = std::string(JAGRANK_CLIENT_BINARY) + " --address " + h2;
-  ASSERT_EQ(RunCommand(client + " --health 2>&1", &out), 0) << out;
-  EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
-  ASSERT_EQ(RunCommand(client + " --candidates 5,6,7 --history 1,2 2>&1", &out), 0) << out;
-  EXPECT_NE(out.find("candidates=3"), std::string::npos) << out;
-  std::string too_many = "1";
-  for (int i = 2; i <= 41; ++i) too_many += "," + std::to_string(i);
-  EXPECT_NE(RunCommand(client + " --candidates " + too_many + " 2>&1", &out), 0);
-  EXPECT_NE(out.find("max_candidates_per_request = 40"), std::string::npos) << out;
-
-  for (const char* engine : {"nghttp2", "grpc"}) {
-    const std::string json = dir_ + "/h2_" + engine + ".json";
-    ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + h2 + " --engine " + engine +
-                             " --channels 2 --client-threads 2 --concurrency 8 --duration-s 0.5 --warmup-s 0.1"
-                             " --candidates-min 5 --candidates-max 20 --history-median 8 --pool 64 --json-out " +
-                             json + " 2>&1",
-                         &out),
-              0)
-        << out;
-    const nlohmann::json r = nlohmann::json::parse(ReadFile(json));
-    EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << engine << " " << r.dump();
-    EXPECT_EQ(r["requests_error"].get<int64_t>(), 0) << engine << " " << r.dump();
-  }
-
-  stub_.reset();
-  channel_.reset();
+  EXPECT_EQ(RunServerToExit("--log-level loud", &out), 2);
+  EXPECT_NE(out.find("log_level) = 'loud': must be one of trace, debug, info, warn, error"), std::string::npos)
+      << out;
+  std::ofstream(dir_ + "/server.yaml") << "log_level: quiet\n";
+  EXPECT_EQ(RunServerToExit("--config " + dir_ + "/server.yaml", &out), 2);
+  EXPECT_NE(out.find("server config key 'log_level' = 'quiet'"), std::string::npos) << out;
+  StartServer({"--precision", "fp32"});  // a CPU server takes (and ignores) it
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find(" precision=fp32 "), std::string::npos);
   StopServerExpectCleanExit();
-  EXPECT_NE(access((dir_ + "/h2.sock").c_str(), F_OK), 0) << "the h2 socket file was left behind";
 }
 
-TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {
+// The metrics port taken: exit 1 with the same plain words.
+TEST_F(ServerProcessTest, TakenMetricsPortSaysAddressInUse) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
   std::string out;
-  EXPECT_EQ(RunServerToExit("--cuda-sync yield", &out), 2);
-  EXPECT_NE(out.find("cuda_sync = 'yield': must be spin or block"), std::string::npos) << out;
-  StartServer({"--cuda-sync", "block"});  // a CPU server takes (and ignores) it
-  EXPECT_NE(ReadFile(dir_ + "/server.log").find("cuda_sync=block"), std::string::npos);
-  StopServerExpectCleanExit();
+  EXPECT_EQ(RunServerToExit("--metrics-address " + held.address(), &out), 1);
+  EXPECT_NE(out.find("metrics_address '" + held.address() + "': address already in use"), std::string::npos) << out;
+}
+
+// --check-config: 0 with the summary (device resolved, which defaults
+// applied) for a good config, without loading the weights or listening (its
+// port is held by another socket and its weights file is not safetensors);
+// 2 naming the key for each kind of bad config.
+TEST_F(ServerProcessTest, CheckConfigExitsWithoutStarting) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  std::ofstream(dir_ + "/weights.safetensors") << "not safetensors";
+  const std::string base = std::string(JAGRANK_SERVER_BINARY) + " --check-config --model-config " + dir_ +
+                           "/model.yaml --grpc-address " + held.address() + " --metrics-address " + held.address() +
+                           " --model-weights " + dir_ + "/weights.safetensors";
+  std::string out;
+  ASSERT_EQ(RunCommand(base + " --device cpu 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("config OK: grpc_address=" + held.address()), std::string::npos) << out;
+  EXPECT_NE(out.find(" device=cpu "), std::string::npos) << out;
+  EXPECT_NE(out.find("device_defaults=cpu(batching.max_queue_delay_us,"), std::string::npos) << out;
+  EXPECT_NE(out.find(" batching.max_batch_candidates=16384 "), std::string::npos) << out;
+  ASSERT_EQ(RunCommand(base + " --device cpu --max-batch-candidates 999 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find(" batching.max_batch_candidates=999 "), std::string::npos) << out;
+  // auto resolves here as the server would: cuda:0 with the CUDA budgets on
+  // a GPU machine, the CPU otherwise.
+  ASSERT_EQ(RunCommand(base + " 2>&1", &out), 0) << out;
+  if (CudaDeviceAvailable()) {
+    EXPECT_NE(out.find(" device=cuda:0 "), std::string::npos) << out;
+    EXPECT_NE(out.find("device_defaults=cuda("), std::string::npos) << out;
+    EXPECT_NE(out.find(" batching.max_batch_candidates=65536 "), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find(" device=cpu "), std::string::npos) << out;
+    EXPECT_EQ(RunCommand(base + " --device cuda 2>&1", &out), 2) << out;
+    EXPECT_NE(out.find("key 'device' = 'cuda': no usable CUDA device"), std::string::npos) << out;
+  }
+
+  const std::pair<std::string, std::string> bad_files[] = {
+      {"batching:\n  max_batch_requests: 8\n  max_batch_requests: 9\n",
+       "key 'batching.max_batch_requests' appears twice"},
+      {"cuda_sync: spin\n", "unknown key 'cuda_sync'"},
+      {"batching:\n  max_queue_requests: 0\n", "key 'batching.max_queue_requests' = '0': must be in [1, "},
+      {"grpc_address: 8500\n", "key 'grpc_address' '8500': not host:port or unix:/path"},
+  };
+  for (const auto& [yaml, says] : bad_files) {
+    std::ofstream(dir_ + "/bad.yaml") << yaml;
+    EXPECT_EQ(RunCommand(base + " --device cpu --config " + dir_ + "/bad.yaml 2>&1", &out), 2) << yaml;
+    EXPECT_NE(out.find(dir_ + "/bad.yaml: "), std::string::npos) << out;
+    EXPECT_NE(out.find(says), std::string::npos) << out;
+  }
+  std::ofstream(dir_ + "/bad_model.yaml") << "embedding_dim: 63\n";
+  EXPECT_EQ(RunCommand(base + " --device cpu --model-config " + dir_ + "/bad_model.yaml 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("key 'model_config' = '" + dir_ + "/bad_model.yaml'"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(base + " --device cpu --model-weights " + dir_ + "/none.safetensors 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("key 'model_weights' = '" + dir_ + "/none.safetensors': cannot be opened"), std::string::npos)
+      << out;
 }
 
 // The binary's malloc is tcmalloc when the build linked it (JAGRANK_TCMALLOC,

@@ -22,7 +22,7 @@
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "model/model.h"
 #include "process_util.h"
-#include "server/batch_assembly.h"
+#include "server/rank_request.h"
 #include "server/metrics.h"
 
 namespace jagrank {
@@ -144,6 +144,9 @@ class RecordingModel final : public Model {
   const ModelConfig& config() const override { return inner_->config(); }
   std::string device() const override { return inner_->device(); }
   AttentionStrategy attention() const override { return inner_->attention(); }
+  int64_t AttentionCost(int64_t requests, int64_t sum_sq, int64_t longest) const override {
+    return inner_->AttentionCost(requests, sum_sq, longest);
+  }
   std::string version() const override { return inner_->version(); }
   ModelMemory Memory() const override { return inner_->Memory(); }
 
@@ -271,11 +274,17 @@ inline v1::RankRequest MakeRequest(int seed, int history_len, int candidates, co
 
 // Scores of `request` computed alone by `model` (the oracle).
 inline std::vector<float> ForwardAlone(Model* model, const v1::RankRequest& request) {
+  RequestLimits limits;
+  limits.max_candidates_per_request = 1 << 20;
+  limits.max_request_bytes = 1LL << 30;
+  RankInput input;
+  Status s = RankRequestConverter(model->config(), limits).Convert(request, &input);
+  if (!s.ok()) ADD_FAILURE() << s.ToString();
   Batch batch;
-  int64_t padded = 0;
-  AssembleBatch({&request}, model->config(), &batch, &padded);
+  s = AssembleBatch({&input}, model->config(), &batch);
+  if (!s.ok()) ADD_FAILURE() << s.ToString();
   std::vector<float> scores;
-  Status s = model->Forward(batch, &scores);
+  s = model->Forward(batch, &scores);
   if (!s.ok()) ADD_FAILURE() << s.ToString();
   return scores;
 }

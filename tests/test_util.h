@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "common/status.h"
 
 namespace jagrank {
 namespace testing {

@@ -14,8 +14,8 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "jagrank/v1/ranker.grpc.pb.h"
-#include "server/flags.h"
-#include "server/grpc_process.h"
+#include "common/flags.h"
+#include "common/process.h"
 
 namespace jagrank {
 namespace {

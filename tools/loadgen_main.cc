@@ -17,18 +17,9 @@
 // own cost stays low: it shares the host with the server in the benchmarks.
 // One response in kResponseCheckEvery is parsed and its score count checked.
 // The report includes the client's CPU use, in cores, over the run.
-//
-// --engine nghttp2 sends the same calls without gRPC's client library: each
-// of --client-threads event loops owns its share of --channels HTTP/2
-// connections (tools/h2_grpc_connection.h) and, in the open loop, paces its
-// own Poisson stream with a timer. It costs the host less CPU per call than
-// gRPC C++'s client, which matters where the loadgen shares the server's
-// cores. The server sees standard gRPC either way.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,9 +41,8 @@
 #include <vector>
 
 #include "jagrank/v1/ranker.grpc.pb.h"
-#include "server/flags.h"
-#include "server/grpc_process.h"
-#include "tools/h2_grpc_connection.h"
+#include "common/flags.h"
+#include "common/process.h"
 
 namespace jagrank {
 namespace {
@@ -73,8 +63,7 @@ struct Options {
   int sparse_ids_max = 4;      // ids per sparse feature, uniform in [1, this]
   int pool = 512;              // distinct requests generated up front
   int channels = 4;            // separate HTTP/2 connections
-  int client_threads = 4;      // completion queues (grpc) or event loops (nghttp2), one thread each
-  std::string engine = "grpc"; // grpc: gRPC C++'s async client; nghttp2: H2GrpcConnection
+  int client_threads = 4;      // completion queues, one polling thread each
   int64_t timeout_ms = 5000;   // per-call deadline
   int max_outstanding = 20000; // open loop: calls beyond this are counted as CLIENT_OVERLOAD, not sent
   int64_t seed = 1;
@@ -83,7 +72,7 @@ struct Options {
   // gRPC's minimal channel stack (grpc.minimal_stack): no client-side
   // message-size or census filters; call deadlines still hold. On the H200
   // host, where the loadgen shares the server's cores, it took ~12% less
-  // client CPU at jagged h1024 c1024 (4.4 vs 5.0 cores; session 5, call 3).
+  // client CPU at jagged h1024 c1024 (4.4 vs 5.0 cores).
   bool minimal_stack = true;
   std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
   std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args
@@ -131,9 +120,8 @@ grpc::Status CheckScores(const v1::RankResponse& response, int candidates) {
 class LoadGen {
  public:
   LoadGen(const Options& options, const v1::ModelInfo& info)
-      : options_(options), info_(info), h2_(options.engine == "nghttp2") {
+      : options_(options), info_(info) {
     MakePool();
-    if (h2_) return;  // ConnectH2 makes the connections
     for (int i = 0; i < options_.channels; ++i) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel
@@ -153,50 +141,6 @@ class LoadGen {
     for (int t = 0; t < options_.client_threads; ++t) cqs_.push_back(std::make_unique<grpc::CompletionQueue>());
   }
 
-  ~LoadGen() {
-    for (H2Loop& loop : h2_loops_) {
-      loop.connections.clear();  // none has a call open here: no callback runs
-      if (loop.epoll_fd >= 0) close(loop.epoll_fd);
-      if (loop.timer_fd >= 0) close(loop.timer_fd);
-    }
-  }
-
-  // --engine nghttp2: opens --channels connections, dealt round-robin to the
-  // --client-threads event loops. False, with *error, when one fails.
-  bool ConnectH2(std::string* error) {
-    h2_loops_ = std::vector<H2Loop>(options_.client_threads);
-    for (int t = 0; t < options_.client_threads; ++t) {
-      H2Loop& loop = h2_loops_[t];
-      loop.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-      loop.timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-      if (loop.epoll_fd < 0 || loop.timer_fd < 0) {
-        *error = std::string("epoll/timerfd: ") + std::strerror(errno);
-        return false;
-      }
-      epoll_event timer = {};
-      timer.events = EPOLLIN;
-      timer.data.u64 = kTimerEvent;
-      epoll_ctl(loop.epoll_fd, EPOLL_CTL_ADD, loop.timer_fd, &timer);
-    }
-    for (int i = 0; i < options_.channels; ++i) {
-      const int t = i % options_.client_threads;
-      H2Loop& loop = h2_loops_[t];
-      auto connection = H2GrpcConnection::Connect(
-          options_.address, [this, t](void* tag, const H2CallResult& result) { H2Done(t, tag, result); }, error);
-      if (connection == nullptr) return false;
-      epoll_event event = {};
-      event.events = EPOLLIN;
-      event.data.u64 = loop.connections.size();
-      if (epoll_ctl(loop.epoll_fd, EPOLL_CTL_ADD, connection->fd(), &event) != 0) {
-        *error = std::string("epoll_ctl: ") + std::strerror(errno);
-        return false;
-      }
-      loop.connections.push_back(std::move(connection));
-      loop.wants_write.push_back(false);
-    }
-    return true;
-  }
-
   nlohmann::json Run() {
     const bool open_loop = options_.rate > 0;
     const auto start = SteadyClock::now();
@@ -208,17 +152,12 @@ class LoadGen {
     // One sending thread could not keep up: at ~47k calls/s offered on the
     // H200 host a single pacer sent ~31k/s and the rest piled up behind it.
     std::vector<std::thread> pacers;
-    if (h2_) {
-      for (int t = 0; t < options_.client_threads; ++t) threads_.emplace_back([this, t] { RunH2Loop(t); });
-    } else {
-      for (int t = 0; t < options_.client_threads; ++t) threads_.emplace_back([this, t] { Poll(t); });
-    }
-    // (The nghttp2 event loops pace or start their calls themselves.)
-    if (!h2_ && open_loop) {
+    for (int t = 0; t < options_.client_threads; ++t) threads_.emplace_back([this, t] { Poll(t); });
+    if (open_loop) {
       for (int t = 0; t < options_.client_threads; ++t) {
         pacers.emplace_back([this, t, end_at] { OpenLoop(t, end_at); });
       }
-    } else if (!h2_) {
+    } else {
       const auto now = SteadyClock::now();
       for (int i = 0; i < options_.concurrency; ++i) Issue(i % options_.client_threads, now);
     }
@@ -250,7 +189,6 @@ class LoadGen {
                      [&] { return outstanding_.load() == 0; });
     }
     std::fprintf(stderr, "\n");
-    h2_quit_.store(true);  // calls still out after the wait end as UNAVAILABLE
     for (auto& cq : cqs_) cq->Shutdown();
     for (std::thread& t : threads_) t.join();
     return Report(open_loop);
@@ -290,12 +228,8 @@ class LoadGen {
       }
       PooledRequest pooled;
       pooled.candidates = r.candidate_item_ids_size();
-      if (h2_) {
-        pooled.framed = FrameGrpcMessage(bytes);
-      } else {
-        grpc::Slice slice(bytes);
-        pooled.bytes = grpc::ByteBuffer(&slice, 1);
-      }
+      grpc::Slice slice(bytes);
+      pooled.bytes = grpc::ByteBuffer(&slice, 1);
       pool_.push_back(std::move(pooled));
     }
   }
@@ -348,11 +282,9 @@ class LoadGen {
     CallLeft();
   }
 
-  // Counts one finished call (either engine), and in the window its latency
-  // from `start` or its error; `split` (nghttp2 engine), where given and the
-  // call is OK, adds its send wait and turnaround.
-  void Record(SteadyClock::time_point start, bool measured, int candidates, const grpc::Status& status,
-              const H2CallResult* split = nullptr) {
+  // Counts one finished call, and in the window its latency from `start`
+  // or its error.
+  void Record(SteadyClock::time_point start, bool measured, int candidates, const grpc::Status& status) {
     const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
     completed_.fetch_add(1);
     if (status.ok()) {
@@ -365,12 +297,6 @@ class LoadGen {
     if (status.ok()) {
       latencies_ms_.push_back(ms);
       candidates_ok_ += candidates;
-      if (split != nullptr && split->request_sent.time_since_epoch().count() != 0 &&
-          split->response_started >= split->request_sent) {
-        send_wait_ms_.push_back(std::chrono::duration<double, std::milli>(split->request_sent - start).count());
-        turnaround_ms_.push_back(
-            std::chrono::duration<double, std::milli>(split->response_started - split->request_sent).count());
-      }
     } else {
       errors_[CodeName(status.error_code())]++;
       if (first_error_.empty()) first_error_ = status.error_message();
@@ -415,150 +341,6 @@ class LoadGen {
     if (outstanding_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
       idle_.notify_all();
-    }
-  }
-
-  // --engine nghttp2 ----------------------------------------------------
-
-  static constexpr uint64_t kTimerEvent = ~uint64_t{0};  // epoll data of a loop's timerfd
-
-  // One event loop's state; touched only by its thread (after ConnectH2).
-  struct H2Loop {
-    int epoll_fd = -1;
-    int timer_fd = -1;  // open loop: fires at the next scheduled send
-    std::vector<std::unique_ptr<H2GrpcConnection>> connections;
-    std::vector<bool> wants_write;  // per connection: EPOLLOUT is in its epoll set
-    size_t next_connection = 0;
-    int64_t outstanding = 0;  // calls of this loop in flight
-  };
-
-  struct H2Call {
-    SteadyClock::time_point start;
-    int candidates = 0;
-    bool measured = false;
-    bool check_response = false;
-  };
-
-  // Starts one call on loop `t`'s next open connection, its latency counted
-  // from `start`. A call that cannot start is counted as an error.
-  void IssueH2(int t, SteadyClock::time_point start) {
-    H2Loop& loop = h2_loops_[t];
-    const int64_t n = next_.fetch_add(1);
-    const PooledRequest& request = pool_[n % pool_.size()];
-    auto call = std::make_unique<H2Call>();
-    call->start = start;
-    call->measured = start >= measure_at_ && start < end_at_;
-    if (call->measured) sent_measured_.fetch_add(1);
-    call->candidates = request.candidates;
-    call->check_response = n % kResponseCheckEvery == 0;
-    for (size_t tries = 0; tries < loop.connections.size(); ++tries) {
-      H2GrpcConnection& connection = *loop.connections[loop.next_connection++ % loop.connections.size()];
-      if (connection.closed()) continue;
-      outstanding_.fetch_add(1);
-      ++loop.outstanding;
-      H2Call* raw = call.get();
-      if (connection.StartCall(kRankMethod, request.framed, options_.timeout_ms, raw->check_response, raw)) {
-        call.release();  // owned by the connection's callback from here on
-        return;
-      }
-      --loop.outstanding;
-      CallLeft();
-    }
-    Record(start, call->measured, 0,
-           grpc::Status(grpc::StatusCode::UNAVAILABLE, "no open HTTP/2 connection to start a call on"));
-  }
-
-  // A call of loop `t` ended (called by its connection, on the loop's thread).
-  void H2Done(int t, void* tag, const H2CallResult& result) {
-    std::unique_ptr<H2Call> call(static_cast<H2Call*>(tag));
-    grpc::Status status(static_cast<grpc::StatusCode>(result.code), result.message);
-    if (status.ok() && call->check_response) {
-      v1::RankResponse response;
-      status = response.ParseFromArray(result.response.data(), static_cast<int>(result.response.size()))
-                   ? CheckScores(response, call->candidates)
-                   : grpc::Status(grpc::StatusCode::DATA_LOSS, "response does not parse");
-    }
-    Record(call->start, call->measured, call->candidates, status, &result);
-    --h2_loops_[t].outstanding;
-    if (options_.rate <= 0 && !stopping_.load() && !h2_quit_.load()) {
-      outstanding_.fetch_sub(1);
-      IssueH2(t, SteadyClock::now());
-      return;
-    }
-    CallLeft();
-  }
-
-  // Event loop `t`: starts its share of the closed loop's calls, or paces
-  // its Poisson stream of rate / client_threads calls per second; then
-  // reads, writes and restarts calls until the run stops and its calls are
-  // back (or Run gives up waiting for them).
-  void RunH2Loop(int t) {
-    H2Loop& loop = h2_loops_[t];
-    const bool open_loop = options_.rate > 0;
-    std::mt19937_64 rng(options_.seed + 1 + t);
-    std::exponential_distribution<double> gap(open_loop ? options_.rate / options_.client_threads : 1.0);
-    auto next = SteadyClock::now();
-    bool pacing = open_loop;
-    PacerStats pacer;
-    auto arm_timer = [&] {
-      next += Seconds(gap(rng));
-      if (next >= end_at_) {
-        pacing = false;
-        return;
-      }
-      itimerspec when = {};
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next.time_since_epoch()).count();
-      when.it_value.tv_sec = ns / 1000000000;
-      when.it_value.tv_nsec = ns % 1000000000;
-      timerfd_settime(loop.timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
-    };
-    if (open_loop) {
-      arm_timer();
-    } else {
-      const int share = options_.concurrency / options_.client_threads + (t < options_.concurrency % options_.client_threads);
-      const auto now = SteadyClock::now();
-      for (int i = 0; i < share; ++i) IssueH2(t, now);
-    }
-    epoll_event events[64];
-    while (!h2_quit_.load()) {
-      // Out once the run stopped, the pacer is done and every call is back.
-      if ((stopping_.load() || open_loop) && !pacing && loop.outstanding == 0) break;
-      FlushH2(&loop);
-      const int n = epoll_wait(loop.epoll_fd, events, 64, 50);  // 50 ms: notices stopping_ and h2_quit_
-      for (int i = 0; i < n; ++i) {
-        if (events[i].data.u64 == kTimerEvent) {
-          uint64_t expirations = 0;
-          if (read(loop.timer_fd, &expirations, sizeof(expirations)) < 0) continue;  // spurious
-          const auto now = SteadyClock::now();
-          while (pacing && next <= now) {
-            if (AdmitScheduled(next, now, &pacer)) IssueH2(t, next);
-            arm_timer();
-          }
-          continue;
-        }
-        H2GrpcConnection& connection = *loop.connections[events[i].data.u64];
-        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) connection.OnReadable();
-        if (events[i].events & EPOLLOUT) connection.Flush();
-      }
-    }
-    loop.connections.clear();  // ends the calls still out (UNAVAILABLE) on this thread
-    AddPacerStats(pacer);
-  }
-
-  // Writes what each open connection of `loop` has queued, and asks epoll
-  // for EPOLLOUT exactly where the socket did not take it all.
-  static void FlushH2(H2Loop* loop) {
-    for (size_t c = 0; c < loop->connections.size(); ++c) {
-      H2GrpcConnection& connection = *loop->connections[c];
-      if (connection.closed()) continue;
-      connection.Flush();
-      const bool wants = !connection.closed() && connection.WantsWrite();
-      if (wants == loop->wants_write[c]) continue;
-      epoll_event event = {};
-      event.events = EPOLLIN | (wants ? EPOLLOUT : 0u);
-      event.data.u64 = c;
-      epoll_ctl(loop->epoll_fd, EPOLL_CTL_MOD, connection.fd(), &event);
-      loop->wants_write[c] = wants;
     }
   }
 
@@ -621,17 +403,6 @@ class LoadGen {
       j["pacer_max_lag_ms"] = pacer_max_lag_ms_;
     }
     j["responses_checked_every"] = kResponseCheckEvery;
-    if (h2_) {
-      // Where a call's time went, as the client sees it: waiting to be sent
-      // (the client's loop, HTTP/2 flow control, the open loop's pacer lag)
-      // and from the request's last byte to the response's first header
-      // (the server, gRPC's transport on both sides, the kernel).
-      auto split = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return nlohmann::json{{"p50", Percentile(v, 0.50)}, {"p99", Percentile(v, 0.99)}};
-      };
-      j["latency_split_ms"] = {{"send_wait", split(send_wait_ms_)}, {"turnaround", split(turnaround_ms_)}};
-    }
     if (!first_error_.empty()) j["first_error"] = first_error_;
     j["workload"] = {{"history_median", options_.history_median},
                      {"history_sigma", options_.history_sigma},
@@ -643,7 +414,6 @@ class LoadGen {
                      {"pool", options_.pool},
                      {"channels", options_.channels},
                      {"client_threads", options_.client_threads},
-                     {"engine", options_.engine},
                      {"minimal_stack", options_.minimal_stack},
                      {"grpc_channel_args", options_.grpc_channel_args}};
     j["server"] = {{"model", info_.name()},     {"version", info_.version()},
@@ -655,12 +425,9 @@ class LoadGen {
   const Options options_;
   const v1::ModelInfo info_;
   struct PooledRequest {
-    grpc::ByteBuffer bytes;  // a serialised v1::RankRequest (engine grpc)
-    std::string framed;      // the same with gRPC's 5-byte prefix (engine nghttp2)
+    grpc::ByteBuffer bytes;  // a serialised v1::RankRequest
     int candidates = 0;
   };
-  const bool h2_;  // --engine nghttp2
-  std::vector<H2Loop> h2_loops_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   std::vector<std::unique_ptr<grpc::CompletionQueue>> cqs_;  // one per client thread
   std::vector<std::thread> threads_;
@@ -678,14 +445,9 @@ class LoadGen {
   SteadyClock::time_point measure_at_;
   SteadyClock::time_point end_at_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> h2_quit_{false};  // the nghttp2 loops leave now, calls out or not
   std::mutex mu_;
   std::condition_variable idle_;
   std::vector<double> latencies_ms_;      // guarded by mu_
-  // nghttp2 engine, OK calls in the window: start -> request framed, and
-  // request framed -> first response header. Guarded by mu_.
-  std::vector<double> send_wait_ms_;
-  std::vector<double> turnaround_ms_;
   int64_t candidates_ok_ = 0;             // guarded by mu_
   std::map<std::string, int64_t> errors_; // guarded by mu_
   std::string first_error_;               // guarded by mu_
@@ -732,10 +494,7 @@ int Main(int argc, char** argv) {
   flags.Add("sparse-ids-max", &o.sparse_ids_max, "ids per sparse feature: uniform in [1, this]");
   flags.Add("pool", &o.pool, "distinct requests generated up front");
   flags.Add("channels", &o.channels, "gRPC connections");
-  flags.Add("client-threads", &o.client_threads,
-            "client threads: completion queues (grpc) or event loops (nghttp2), one thread each");
-  flags.Add("engine", &o.engine,
-            "grpc (gRPC C++'s async client) | nghttp2 (gRPC's wire format over libnghttp2: less client CPU)");
+  flags.Add("client-threads", &o.client_threads, "client threads: completion queues, one polling thread each");
   flags.Add("timeout-ms", &o.timeout_ms, "per-call deadline");
   flags.Add("max-outstanding", &o.max_outstanding, "open loop: cap on calls in flight");
   flags.Add("seed", &o.seed, "workload seed");
@@ -757,15 +516,6 @@ int Main(int argc, char** argv) {
   if (o.candidates_min < 1 || o.candidates_max < o.candidates_min || o.duration_s <= 0 || o.pool < 1 ||
       o.channels < 1 || o.client_threads < 1 || (o.rate <= 0 && o.concurrency < 1)) {
     std::fprintf(stderr, "jagrank-loadgen: bad workload flags (see --help)\n");
-    return 2;
-  }
-  if (o.engine != "grpc" && o.engine != "nghttp2") {
-    std::fprintf(stderr, "jagrank-loadgen: --engine '%s': must be grpc or nghttp2\n", o.engine.c_str());
-    return 2;
-  }
-  if (o.engine == "nghttp2" && o.channels < o.client_threads) {
-    std::fprintf(stderr, "jagrank-loadgen: --engine nghttp2 needs --channels (%d) >= --client-threads (%d)\n",
-                 o.channels, o.client_threads);
     return 2;
   }
   Status args_ok = ParseGrpcChannelArgs(
@@ -791,11 +541,6 @@ int Main(int argc, char** argv) {
     }
   }
   LoadGen loadgen(o, info);
-  std::string connect_error;
-  if (o.engine == "nghttp2" && !loadgen.ConnectH2(&connect_error)) {
-    std::fprintf(stderr, "jagrank-loadgen: %s\n", connect_error.c_str());
-    return 1;
-  }
   const nlohmann::json result = loadgen.Run();
   PrintTable(result);
   if (!o.json_out.empty()) {

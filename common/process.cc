@@ -1,0 +1,69 @@
+#include "common/process.h"
+
+#include <absl/synchronization/mutex.h>
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+namespace jagrank {
+
+bool ConfigureGrpcProcess() {
+  const char* keep = std::getenv("JAGRANK_ABSL_DEADLOCK_CHECK");
+  if (keep != nullptr && std::strcmp(keep, "1") == 0) return true;
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return false;
+}
+
+std::string MallocLibrary() {
+  // The address of malloc as the dynamic linker resolved it for this
+  // executable: the first definition in load order (an interposed allocator
+  // when one is linked or preloaded).
+  void* (*resolved)(size_t) = &malloc;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(resolved), &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  return info.dli_fname;
+}
+
+Status ParseGrpcChannelArgs(const std::string& spec, const std::vector<ReservedGrpcChannelArg>& reserved,
+                            const std::string& field, std::vector<GrpcChannelArg>* out) {
+  std::vector<GrpcChannelArg> args;
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      return Status::InvalidArgument(field + ": '" + item + "' is not name=value");
+    }
+    GrpcChannelArg arg;
+    arg.name = item.substr(0, eq);
+    arg.value = item.substr(eq + 1);
+    if (arg.name.rfind("grpc.", 0) != 0) {
+      return Status::InvalidArgument(field + ": '" + arg.name + "' is not a gRPC channel argument (names start with 'grpc.')");
+    }
+    for (const ReservedGrpcChannelArg& r : reserved) {
+      if (r.name == arg.name) return Status::InvalidArgument(field + ": '" + arg.name + "' is not allowed: " + r.why);
+    }
+    for (const GrpcChannelArg& seen : args) {
+      if (seen.name == arg.name) return Status::InvalidArgument(field + ": '" + arg.name + "' is given twice");
+    }
+    errno = 0;
+    char* rest = nullptr;
+    const long long n = std::strtoll(arg.value.c_str(), &rest, 10);
+    if (errno == 0 && rest != nullptr && *rest == '\0' && n >= INT_MIN && n <= INT_MAX) {
+      arg.is_int = true;
+      arg.int_value = static_cast<int>(n);
+    }
+    args.push_back(std::move(arg));
+  }
+  if (!spec.empty() && spec.back() == ',') return Status::InvalidArgument(field + ": ends with ','");
+  *out = std::move(args);
+  return Status::Ok();
+}
+
+}  // namespace jagrank
