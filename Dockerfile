@@ -19,7 +19,7 @@ ARG RUNTIME_BASE=docker.io/nvidia/cuda:13.0.0-base-ubuntu24.04
 FROM ${BUILD_BASE} AS build
 # One fat binary for the GPUs people deploy on: SASS for sm_80 (A100), sm_86
 # (A10, A40), sm_89 (L4, L40S) and sm_90 (H100, H200), plus compute_90 PTX for
-# newer GPUs to JIT. Because the list names 90, kernels/flash adds the wgmma
+# newer GPUs to JIT. Because the list names 90, kernels/attention adds the wgmma
 # kernels, compiled for sm_90a only, and picks them at run time on compute
 # capability 9.0; every other GPU runs the mma.sync kernels.
 ARG CUDA_ARCHITECTURES="80-real;86-real;89-real;90"

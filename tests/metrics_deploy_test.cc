@@ -296,12 +296,12 @@ TEST(DeployTest, DockerfileBuildsWithTheReadmeRecipe) {
   EXPECT_NE(dockerfile.find("\nFROM ${BUILD_BASE} AS build\n"), std::string::npos);
   EXPECT_NE(dockerfile.find("\nFROM ${RUNTIME_BASE} AS runtime\n"), std::string::npos);
   // A fat binary for sm_80, sm_86, sm_89 and sm_90; 90 in the list is what
-  // makes kernels/flash add the sm_90a wgmma kernels (and only those).
+  // makes kernels/attention add the sm_90a wgmma kernels (and only those).
   std::smatch archs;
   ASSERT_TRUE(std::regex_search(dockerfile, archs, std::regex(R"(\nARG CUDA_ARCHITECTURES="([^"]*)\")")));
   EXPECT_EQ(archs[1].str(), "80-real;86-real;89-real;90");
   EXPECT_NE(dockerfile.find("-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"), std::string::npos);
-  EXPECT_NE(ReadFile("kernels/flash/flash_sources.cmake").find("code=sm_90a"), std::string::npos);
+  EXPECT_NE(ReadFile("kernels/attention/CMakeLists.txt").find("code=sm_90a"), std::string::npos);
 
   EXPECT_TRUE(std::regex_search(dockerfile, std::regex(R"(\nUSER [1-9][0-9]*)"))) << "runtime must not be root";
   EXPECT_NE(dockerfile.find("EXPOSE 8500 9100"), std::string::npos);
