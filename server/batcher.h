@@ -53,6 +53,10 @@ using RankFinish =
 struct QueuedRequest {
   std::string request_id;  // the client's id, for logs
   RankInput input;         // validated; history already truncated
+  // ServedModel::request_contract of the version `input` was validated for
+  // (server/model_manager.h); the executor computes it only on a version of
+  // the same contract.
+  uint64_t request_contract = 0;
   // Work it brings to a batch (history counted after truncation).
   int64_t candidates = 0;
   int64_t history_tokens = 0;

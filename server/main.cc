@@ -22,6 +22,12 @@ namespace {
 
 std::atomic<int> g_signals{0};
 std::atomic<int> g_last_signal{0};
+std::atomic<bool> g_reload_requested{false};  // SIGHUP seen; main's loop passes it on
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+// SIGHUP: only notes the request (async-signal-safe); main's loop asks the
+// server for a model repository scan.
+void OnReloadSignal(int) { g_reload_requested.store(true); }
 
 // Async-signal-safe: counts; the second signal exits at once.
 void OnSignal(int sig) {
@@ -44,6 +50,9 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
           max_batch_history_tokens = d.batching.max_batch_history_tokens,
           max_batch_attention_cost = d.batching.max_batch_attention_cost;
   bool dispatch_when_idle = d.batching.dispatch_when_idle;
+  // Model repository flags.
+  std::string model_repository;
+  double model_poll_interval_s = d.model_poll_interval_s;
   int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
       max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads,
       grpc_completion_queues = d.grpc_completion_queues, grpc_max_concurrent_streams = d.grpc_max_concurrent_streams;
@@ -74,6 +83,12 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("grpc-channel-args", &grpc_channel_args,
             "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers)");
   flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
+  // Model repository flags.
+  flags.Add("model-repository", &model_repository,
+            "serve DIR/<n>/model.yaml + model.safetensors, the highest complete n; swapped without downtime "
+            "(excludes --model-config/--model-weights)");
+  flags.Add("model-poll-interval-s", &model_poll_interval_s,
+            "rescan --model-repository this often (0 = only on SIGHUP)");
   RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -106,6 +121,9 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("max-batch-history-tokens")) config->batching.max_batch_history_tokens = max_batch_history_tokens;
   if (flags.IsSet("max-batch-attention-cost")) config->batching.max_batch_attention_cost = max_batch_attention_cost;
   if (flags.IsSet("max-queue-requests")) config->batching.max_queue_requests = max_queue_requests;
+  // Model repository flags.
+  if (flags.IsSet("model-repository")) config->model_repository = model_repository;
+  if (flags.IsSet("model-poll-interval-s")) config->model_poll_interval_s = model_poll_interval_s;
   return ValidateServerConfig(*config);
 }
 
@@ -132,6 +150,12 @@ int Main(int argc, char** argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  // SIGHUP asks for a model repository scan (its default action would kill).
+  struct sigaction reload_action {};
+  reload_action.sa_handler = OnReloadSignal;
+  sigemptyset(&reload_action.sa_mask);
+  reload_action.sa_flags = SA_RESTART;
+  sigaction(SIGHUP, &reload_action, nullptr);
 
   NullMetrics null_metrics;
   std::unique_ptr<PrometheusMetrics> prometheus;
@@ -151,12 +175,23 @@ int Main(int argc, char** argv) {
     spdlog::critical("start failed: {}", s.ToString());
     return 1;
   }
-  const Model& model = server->model();
-  spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(), model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
-               ServerConfigSummary(config));
+  {
+    const std::shared_ptr<const ServedModel> served = server->CurrentModel();
+    const Model& model = *served->model;
+    spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(),
+                 model.config().name, served->version, model.device(), AttentionStrategyName(model.attention()),
+                 ServerConfigSummary(config));
+  }
 
-  // First signal: drain (OnSignal exits at once on the second).
-  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // First signal: drain (OnSignal exits at once on the second). SIGHUP: a
+  // model repository scan, on the manager's own thread.
+  while (g_signals.load() == 0) {
+    if (g_reload_requested.exchange(false)) {
+      spdlog::info("SIGHUP: model reload requested");
+      server->RequestModelReload();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   spdlog::info("signal {}: draining (send it again to exit at once)", g_last_signal.load());
   const Status drain_status = server->Drain();
   if (!drain_status.ok()) {

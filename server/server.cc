@@ -10,43 +10,10 @@
 #include <thread>
 #include <utility>
 
-#include "common/cuda_check.h"
 #include "model/weights.h"
 #include "common/process.h"
 
 namespace jagrank {
-namespace {
-
-Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, const std::string& device,
-                  std::unique_ptr<Model>* out) {
-  ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
-  if (!config.model_weights.empty()) {
-    RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
-  }
-  ModelOptions options;
-  options.device = device;
-  options.cpu_threads = config.cpu_threads;
-  options.cuda_blocking_sync = config.cuda_sync == "block";
-  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
-  return Model::Create(model_config, std::move(weights), options, out);
-}
-
-// Requests of every history shape the model meets (empty, short, full).
-std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
-  std::vector<RankInput> requests;
-  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len};
-  for (int i = 0; i < 4; ++i) {
-    RankInput r;
-    for (int j = 0; j < c.num_dense_features; ++j) r.dense.push_back(0.1f * j);
-    r.sparse.assign(c.sparse_features.size(), std::vector<int64_t>{i});
-    for (int j = 0; j < lengths[i]; ++j) r.history.push_back(int64_t{j} * 7919 + i);
-    for (int j = 0; j < 8; ++j) r.candidates.push_back(int64_t{j} * 104729 + i);
-    requests.push_back(std::move(r));
-  }
-  return requests;
-}
-
-}  // namespace
 
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
   ModelConfig model_config;
@@ -56,9 +23,11 @@ Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
     Status s = DefaultModelConfig(&model_config);
     if (!s.ok()) return Status(s.code(), "embedded config/model.yaml: " + s.message());
   }
-  std::string device = config.device;
-  if (device == "auto") device = CudaDeviceAvailable() ? "cuda:0" : "cpu";
-  return BuildModel(model_config, config, device, out);
+  ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
+  if (!config.model_weights.empty()) {
+    RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
+  }
+  return BuildModel(model_config, std::move(weights), config, ResolveDevice(config), out);
 }
 
 JagrankServer::JagrankServer(const ServerConfig& config, ServerMetrics* metrics)
@@ -71,14 +40,19 @@ Status JagrankServer::Create(const ServerConfig& config, ServerMetrics* metrics,
   RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
   RETURN_IF_ERROR(server->Start());
-  std::unique_ptr<Model> model;
-  const Clock::time_point start = Clock::now();
-  RETURN_IF_ERROR(LoadModel(config, &model));
-  spdlog::info("model {} version {} loaded on {} in {:.2f} s ({} MiB of weights)", model->config().name,
-               model->version(), model->device(),
-               std::chrono::duration<double>(Clock::now() - start).count(),
-               model->Memory().weights_bytes >> 20);
-  RETURN_IF_ERROR(server->Ready(std::move(model)));
+  std::unique_ptr<ModelManager> models;
+  if (!config.model_repository.empty()) {
+    RETURN_IF_ERROR(ModelManager::CreateFromRepository(config, ResolveDevice(config), metrics, &models));
+  } else {
+    std::unique_ptr<Model> model;
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(LoadModel(config, &model));
+    spdlog::info("model {} version {} loaded on {} in {:.2f} s ({} MiB of weights)", model->config().name,
+                 model->version(), model->device(), std::chrono::duration<double>(Clock::now() - start).count(),
+                 model->Memory().weights_bytes >> 20);
+    RETURN_IF_ERROR(ModelManager::CreateFixed(config, std::move(model), metrics, &models));
+  }
+  RETURN_IF_ERROR(server->Ready(std::move(models)));
   *out = std::move(server);
   return Status::Ok();
 }
@@ -88,7 +62,9 @@ Status JagrankServer::CreateWithModel(const ServerConfig& config, std::unique_pt
   RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
   RETURN_IF_ERROR(server->Start());
-  RETURN_IF_ERROR(server->Ready(std::move(model)));
+  std::unique_ptr<ModelManager> models;
+  RETURN_IF_ERROR(ModelManager::CreateFixed(config, std::move(model), metrics, &models));
+  RETURN_IF_ERROR(server->Ready(std::move(models)));
   *out = std::move(server);
   return Status::Ok();
 }
@@ -134,36 +110,30 @@ Status JagrankServer::Start() {
   return Status::Ok();
 }
 
-Status JagrankServer::Ready(std::unique_ptr<Model> model) {
-  model_ = std::move(model);
-  // Warm-up: first-touch allocations, workspace pools, kernel loading.
-  const std::vector<RankInput> requests = WarmupRequests(model_->config());
-  std::vector<const RankInput*> pointers;
-  for (const RankInput& r : requests) pointers.push_back(&r);
-  Batch batch;
-  RETURN_IF_ERROR(AssembleBatch(pointers, model_->config(), &batch));
-  std::vector<float> scores;
-  // Through every staging slot the executor uses, so that none of them
-  // allocates its pinned and device buffers under live traffic.
-  const int warmup_batches =
-      config_.warmup_batches > 0 ? std::max(config_.warmup_batches, Model::kStageSlots) : 0;
-  for (int i = 0; i < warmup_batches; ++i) {
-    const int slot = i % Model::kStageSlots;
-    ForwardTimings timings;
-    Status s = model_->Stage(batch, slot);
-    if (s.ok()) s = model_->Run(slot, &scores, &timings);
-    if (!s.ok()) return Status(s.code(), "warm-up forward failed: " + s.message());
-  }
-  metrics_->SetMemory(model_->Memory());
+Status JagrankServer::Ready(std::unique_ptr<ModelManager> models) {
+  models_ = std::move(models);  // loaded and warmed up
+  std::shared_ptr<const ServedModel> served = models_->Current();
+  metrics_->SetMemory(served->model->Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       model_->attention() == AttentionStrategy::kJagged
+                                       served->model->attention() == AttentionStrategy::kJagged
                                            ? Batcher::AttentionCost::kSumOfSquares
                                            : Batcher::AttentionCost::kPadded);
-  executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
+  executor_ = std::make_unique<Executor>(models_.get(), batcher_.get(), metrics_);
   executor_->Start();
-  service_->SetReady(model_.get(), batcher_.get());
+  service_->SetReady(models_.get(), batcher_.get());
+  models_->StartWatching();
   SetHealth(true);
   return Status::Ok();
+}
+
+Status JagrankServer::ReloadModel() { return models_->ReloadNow(); }
+
+void JagrankServer::RequestModelReload() {
+  if (!models_->has_repository()) {
+    spdlog::info("model reload requested: no model_repository configured, nothing to reload");
+    return;
+  }
+  models_->RequestReload();
 }
 
 void JagrankServer::SetHealth(bool serving) {
@@ -181,6 +151,8 @@ Status JagrankServer::Drain() {
   const Clock::time_point start = Clock::now();
   const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
   SetHealth(false);
+  // No version swaps while draining (a load in progress finishes unused).
+  if (models_ != nullptr) models_->StopWatching();
   service_->SetDraining();
   spdlog::info("draining: NOT_SERVING, refusing new calls, finishing {} accepted", service_->inflight());
   if (batcher_ != nullptr) {
@@ -202,7 +174,7 @@ Status JagrankServer::Drain() {
       // touch alive; the caller is expected to exit the process now.
       (void)executor_.release();
       (void)batcher_.release();
-      (void)model_.release();
+      (void)models_.release();
       (void)service_.release();
       return drain_status_;
     }

@@ -3,6 +3,7 @@
 #include <grpc/grpc.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -119,6 +120,10 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.log_level));
     } else if (key == "batching") {
       RETURN_IF_ERROR(ParseBatching(v, &c.batching));
+    } else if (key == "model_repository") {  // model repository keys: this one and the next
+      RETURN_IF_ERROR(Read(v, key, &c.model_repository));
+    } else if (key == "model_poll_interval_s") {
+      RETURN_IF_ERROR(Read(v, key, &c.model_poll_interval_s));
     } else {
       return Status::InvalidArgument("server config: unknown key '" + key + "'");
     }
@@ -203,6 +208,16 @@ Status ValidateServerConfig(const ServerConfig& c) {
   RETURN_IF_ERROR(Positive(b.max_batch_history_tokens, "batching.max_batch_history_tokens"));
   RETURN_IF_ERROR(Positive(b.max_batch_attention_cost, "batching.max_batch_attention_cost"));
   RETURN_IF_ERROR(Positive(b.max_queue_requests, "batching.max_queue_requests"));
+  // Model repository keys.
+  if (!c.model_repository.empty() && (!c.model_config.empty() || !c.model_weights.empty())) {
+    return Status::InvalidArgument(
+        "server config model_repository = '" + c.model_repository + "' and model_config/model_weights are mutually "
+        "exclusive: each repository version carries its own model.yaml and model.safetensors");
+  }
+  if (!(c.model_poll_interval_s >= 0) || !std::isfinite(c.model_poll_interval_s)) {
+    return Status::InvalidArgument("server config model_poll_interval_s = " + std::to_string(c.model_poll_interval_s) +
+                                   ": must be a finite number >= 0 (0 = rescan only on SIGHUP)");
+  }
   return Status::Ok();
 }
 
@@ -210,8 +225,11 @@ std::string ServerConfigSummary(const ServerConfig& c) {
   std::ostringstream s;
   s << "grpc=" << c.grpc_address << " metrics=" << (c.metrics_address.empty() ? "off" : c.metrics_address)
     << " device=" << c.device << " attention=" << c.attention << " cuda_sync=" << c.cuda_sync
-    << " model_config=" << (c.model_config.empty() ? "<embedded>" : c.model_config)
-    << " weights=" << (c.model_weights.empty() ? "<random from seed>" : c.model_weights)
+    << (c.model_repository.empty()
+            ? " model_config=" + (c.model_config.empty() ? std::string("<embedded>") : c.model_config) +
+                  " weights=" + (c.model_weights.empty() ? std::string("<random from seed>") : c.model_weights)
+            : " model_repository=" + c.model_repository + " model_poll_interval_s=" +
+                  std::to_string(c.model_poll_interval_s))
     << " max_queue_delay_us=" << c.batching.max_queue_delay_us
     << " dispatch_when_idle=" << (c.batching.dispatch_when_idle ? "true" : "false")
     << " max_batch_requests=" << c.batching.max_batch_requests

@@ -66,6 +66,14 @@ struct ServerConfig {
   int64_t drain_linger_ms = 300;                 // after the accepted work is done, keep answering UNAVAILABLE this long before closing the listener
   std::string log_level = "info";                // trace | debug | info | warn | error
   BatchingConfig batching;
+
+  // Model repository (server/model_repository.h, server/model_manager.h):
+  // DIR/<n>/model.yaml + DIR/<n>/model.safetensors, the highest complete
+  // version that loads is served and replaced without downtime. Excludes
+  // model_config and model_weights. Empty = serve model_config/model_weights.
+  std::string model_repository;
+  // Rescan the repository this often (seconds); 0 = only on SIGHUP.
+  double model_poll_interval_s = 10;
 };
 
 // Parses YAML text (keys as the field names above; batching keys nested under

@@ -1,0 +1,331 @@
+#include "server/model_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/cuda_check.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace jagrank {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double SecondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+// Requests of every history shape the model meets (empty, short, full).
+std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
+  std::vector<RankInput> requests;
+  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len};
+  for (int i = 0; i < 4; ++i) {
+    RankInput r;
+    for (int j = 0; j < c.num_dense_features; ++j) r.dense.push_back(0.1f * j);
+    r.sparse.assign(c.sparse_features.size(), std::vector<int64_t>{i});
+    for (int j = 0; j < lengths[i]; ++j) r.history.push_back(int64_t{j} * 7919 + i);
+    for (int j = 0; j < 8; ++j) r.candidates.push_back(int64_t{j} * 104729 + i);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+std::string FeatureNames(const ModelConfig& c) {
+  std::string names;
+  for (size_t f = 0; f < c.sparse_features.size(); ++f) names += (f == 0 ? "" : ", ") + c.sparse_features[f].name;
+  return "[" + names + "]";
+}
+
+RequestLimits LimitsOf(const ServerConfig& config) {
+  RequestLimits limits;
+  limits.max_candidates_per_request = config.max_candidates_per_request;
+  limits.max_request_bytes = config.max_request_bytes;
+  return limits;
+}
+
+}  // namespace
+
+ServedModel::ServedModel(std::unique_ptr<Model> model_in, std::string version_in, int64_t repository_version_in,
+                         std::string fingerprint_in, uint64_t request_contract_in, const RequestLimits& limits,
+                         std::shared_ptr<std::atomic<int>> live_counter)
+    : model(std::move(model_in)),
+      version(std::move(version_in)),
+      repository_version(repository_version_in),
+      fingerprint(std::move(fingerprint_in)),
+      request_contract(request_contract_in),
+      converter(model->config(), limits),
+      live_counter_(std::move(live_counter)) {
+  live_counter_->fetch_add(1);
+}
+
+ServedModel::~ServedModel() {
+  live_counter_->fetch_sub(1);
+  spdlog::info("model version {} freed", version);
+}
+
+bool SameRequestContract(const ModelConfig& a, const ModelConfig& b, std::string* changes) {
+  std::string what;
+  if (a.num_dense_features != b.num_dense_features) {
+    what += "num_dense_features " + std::to_string(a.num_dense_features) + " -> " +
+            std::to_string(b.num_dense_features);
+  }
+  bool same_features = a.sparse_features.size() == b.sparse_features.size();
+  for (size_t f = 0; same_features && f < a.sparse_features.size(); ++f) {
+    same_features = a.sparse_features[f].name == b.sparse_features[f].name;
+  }
+  if (!same_features) what += (what.empty() ? "" : "; ") + ("sparse features " + FeatureNames(a) + " -> " + FeatureNames(b));
+  if (changes != nullptr) *changes = what;
+  return what.empty();
+}
+
+Status WarmUpModel(Model* model, int batches) {
+  if (batches <= 0) return Status::Ok();
+  const std::vector<RankInput> requests = WarmupRequests(model->config());
+  std::vector<const RankInput*> pointers;
+  for (const RankInput& r : requests) pointers.push_back(&r);
+  Batch batch;
+  RETURN_IF_ERROR(AssembleBatch(pointers, model->config(), &batch));
+  std::vector<float> scores;
+  // Through every staging slot the executor uses, so that none of them
+  // allocates its pinned and device buffers under live traffic.
+  batches = std::max(batches, Model::kStageSlots);
+  for (int i = 0; i < batches; ++i) {
+    const int slot = i % Model::kStageSlots;
+    ForwardTimings timings;
+    Status s = model->Stage(batch, slot);
+    if (s.ok()) s = model->Run(slot, &scores, &timings);
+    if (!s.ok()) return Status(s.code(), "warm-up forward failed: " + s.message());
+  }
+  return Status::Ok();
+}
+
+std::string ResolveDevice(const ServerConfig& config) {
+  if (config.device == "auto") return CudaDeviceAvailable() ? "cuda:0" : "cpu";
+  return config.device;
+}
+
+Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const ServerConfig& config,
+                  const std::string& device, std::unique_ptr<Model>* out) {
+  ModelOptions options;
+  options.device = device;
+  options.cpu_threads = config.cpu_threads;
+  options.cuda_blocking_sync = config.cuda_sync == "block";
+  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  return Model::Create(model_config, std::move(weights), options, out);
+}
+
+ModelManager::ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::string device)
+    : config_(config), metrics_(metrics), device_(std::move(device)) {}
+
+ModelManager::~ModelManager() { StopWatching(); }
+
+Status ModelManager::CreateFixed(const ServerConfig& config, std::unique_ptr<Model> model, ServerMetrics* metrics,
+                                 std::unique_ptr<ModelManager>* out) {
+  RETURN_IF_ERROR(WarmUpModel(model.get(), config.warmup_batches));
+  std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, model->device()));
+  const std::string version = model->version();
+  {
+    std::lock_guard<std::mutex> lock(manager->reload_mu_);
+    std::shared_ptr<ServedModel> served = manager->Wrap(std::move(model), version, 0, "");
+    std::lock_guard<std::mutex> current_lock(manager->current_mu_);
+    manager->current_ = std::move(served);
+  }
+  metrics->OnModelServing(version, "");
+  metrics->SetModelsLoaded(1);
+  *out = std::move(manager);
+  return Status::Ok();
+}
+
+Status ModelManager::CreateFromRepository(const ServerConfig& config, const std::string& device,
+                                          ServerMetrics* metrics, std::unique_ptr<ModelManager>* out) {
+  std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, device));
+  std::shared_ptr<ServedModel> loaded;
+  {
+    std::lock_guard<std::mutex> lock(manager->reload_mu_);
+    Status s = manager->ScanAndLoad(nullptr, &loaded);
+    if (loaded == nullptr) {
+      return Status(s.ok() ? Status::Code::kNotFound : s.code(),
+                    "model repository '" + config.model_repository + "': " +
+                        (s.ok() ? "no complete version (need <n>/" + std::string(kRepositoryConfigFile) + " and <n>/" +
+                                      kRepositoryWeightsFile + " with n a positive integer)"
+                                : "no version could be loaded: " + s.message()));
+    }
+    std::lock_guard<std::mutex> current_lock(manager->current_mu_);
+    manager->current_ = loaded;
+  }
+  metrics->OnModelServing(loaded->version, "");
+  metrics->SetModelsLoaded(manager->live_models());
+  *out = std::move(manager);
+  return Status::Ok();
+}
+
+std::shared_ptr<const ServedModel> ModelManager::Current() const {
+  std::lock_guard<std::mutex> lock(current_mu_);
+  return current_;
+}
+
+std::shared_ptr<ServedModel> ModelManager::Wrap(std::unique_ptr<Model> model, std::string version,
+                                                int64_t repository_version, std::string fingerprint) {
+  // A new contract number only when the request contract changes, so that
+  // requests queued for the previous version still match the next one.
+  std::shared_ptr<const ServedModel> serving = Current();
+  if (serving == nullptr || !SameRequestContract(serving->model->config(), model->config(), nullptr)) {
+    ++last_contract_;
+  }
+  return std::make_shared<ServedModel>(std::move(model), std::move(version), repository_version,
+                                       std::move(fingerprint), last_contract_, LimitsOf(config_), live_);
+}
+
+Status ModelManager::LoadVersion(const RepositoryVersion& v, std::shared_ptr<ServedModel>* out) {
+  const SteadyClock::time_point start = SteadyClock::now();
+  ModelConfig model_config;
+  ModelWeights weights;
+  std::unique_ptr<Model> model;
+  Status s = LoadModelConfig(v.config_path, &model_config);
+  if (s.ok()) s = LoadSafetensors(v.weights_path, model_config, &weights);
+  const int64_t file_bytes = weights.total_bytes();
+  if (s.ok()) s = BuildModel(model_config, std::move(weights), config_, device_, &model);
+  metrics_->SetModelsLoaded(live_models() + (model != nullptr ? 1 : 0));
+  if (s.ok()) s = WarmUpModel(model.get(), config_.warmup_batches);
+  const double seconds = SecondsSince(start);
+  metrics_->OnModelLoad(s.ok(), seconds);
+  if (!s.ok()) {
+    model.reset();
+    metrics_->SetModelsLoaded(live_models());
+    failed_[v.version] = v.fingerprint;
+    return Status(s.code(), "version " + std::to_string(v.version) + ": " + s.message());
+  }
+  failed_.erase(v.version);
+  const std::string version = std::to_string(v.version) + ":" + model->version();
+  spdlog::info("model repository '{}': version {} ({}, content hash {}, {} MiB of weights in the file) loaded and "
+               "warmed up on {} in {:.2f} s",
+               config_.model_repository, v.version, model->config().name, model->version(), file_bytes >> 20,
+               model->device(), seconds);
+  *out = Wrap(std::move(model), version, v.version, v.fingerprint);
+  return Status::Ok();
+}
+
+Status ModelManager::ScanAndLoad(const std::shared_ptr<const ServedModel>& serving,
+                                 std::shared_ptr<ServedModel>* loaded) {
+  std::vector<RepositoryVersion> versions;
+  Status first_failure;
+  Status listed = ListModelRepository(config_.model_repository, &versions);
+  std::string note;
+  if (!listed.ok()) {
+    note = listed.message();
+    first_failure = listed;
+  } else if (versions.empty()) {
+    note = "model repository '" + config_.model_repository + "' has no complete version";
+  }
+  for (const RepositoryVersion& v : versions) {
+    if (serving != nullptr && v.version == serving->repository_version && v.fingerprint == serving->fingerprint) {
+      break;  // the serving version is the highest that loads
+    }
+    const auto failed = failed_.find(v.version);
+    if (failed != failed_.end() && failed->second == v.fingerprint) continue;  // same files failed before
+    spdlog::info("model repository '{}': loading version {}", config_.model_repository, v.version);
+    Status s = LoadVersion(v, loaded);
+    if (s.ok()) break;
+    spdlog::error("model repository '{}': refused {} (the serving version stays; the version is tried again when "
+                  "its files change)",
+                  config_.model_repository, s.message());
+    if (first_failure.ok()) first_failure = s;
+  }
+  if (!note.empty() && note != last_scan_note_) spdlog::warn("{}", note);
+  last_scan_note_ = note;
+  return first_failure;
+}
+
+Status ModelManager::ReloadNow() {
+  if (!has_repository()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(reload_mu_);
+  std::shared_ptr<ServedModel> loaded;
+  Status s = ScanAndLoad(Current(), &loaded);
+  if (loaded != nullptr) {
+    if (stopping_.load()) {
+      spdlog::info("model version {} loaded while stopping: not served", loaded->version);
+    } else {
+      Swap(std::move(loaded));
+    }
+  }
+  return s;
+}
+
+void ModelManager::Swap(std::shared_ptr<const ServedModel> next) {
+  std::shared_ptr<const ServedModel> previous = Current();
+  std::string changes;
+  if (!SameRequestContract(previous->model->config(), next->model->config(), &changes)) {
+    spdlog::warn("model version {} changes what a RankRequest means ({}): requests are now validated for it, and "
+                 "requests accepted for version {} that have not started are answered UNAVAILABLE",
+                 next->version, changes, previous->version);
+  }
+  {
+    std::lock_guard<std::mutex> lock(current_mu_);
+    current_ = next;
+  }
+  spdlog::info("model version {} serving (was {}); batches in flight finish on {}", next->version,
+               previous->version, previous->version);
+  metrics_->OnModelServing(next->version, previous->version);
+  // Wait for the batches that hold the old version, so that two reloads
+  // never stack versions in memory and its memory shows returned below.
+  const std::string previous_version = previous->version;
+  std::weak_ptr<const ServedModel> retired = previous;
+  previous.reset();
+  const SteadyClock::time_point give_up = SteadyClock::now() + std::chrono::milliseconds(config_.drain_timeout_ms);
+  while (!retired.expired() && SteadyClock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!retired.expired()) {
+    spdlog::warn("model version {} still held by a batch after drain_timeout_ms = {}", previous_version,
+                 config_.drain_timeout_ms);
+  }
+  metrics_->SetModelsLoaded(live_models());
+  metrics_->SetMemory(next->model->Memory());
+}
+
+void ModelManager::StartWatching() {
+  if (!has_repository() || watch_thread_.joinable()) return;
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+void ModelManager::RequestReload() {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  reload_requested_ = true;
+  watch_cv_.notify_all();
+}
+
+void ModelManager::StopWatching() {
+  stopping_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    stop_ = true;
+    watch_cv_.notify_all();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+void ModelManager::WatchLoop() {
+  const double interval_s = config_.model_poll_interval_s;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      auto woken = [&] { return stop_ || reload_requested_; };
+      if (interval_s > 0) {
+        watch_cv_.wait_for(lock, std::chrono::duration<double>(interval_s), woken);
+      } else {
+        watch_cv_.wait(lock, woken);
+      }
+      if (stop_) return;
+      if (reload_requested_) spdlog::info("model repository '{}': reload requested", config_.model_repository);
+      reload_requested_ = false;
+    }
+    ReloadNow();  // logs and counts its own failures
+  }
+}
+
+}  // namespace jagrank
