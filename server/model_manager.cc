@@ -52,20 +52,29 @@ RequestLimits LimitsOf(const ServerConfig& config) {
 
 ServedModel::ServedModel(std::unique_ptr<Model> model_in, std::string version_in, int64_t repository_version_in,
                          std::string fingerprint_in, uint64_t request_contract_in, const RequestLimits& limits,
-                         std::shared_ptr<std::atomic<int>> live_counter)
+                         std::shared_ptr<LiveModels> live)
     : model(std::move(model_in)),
       version(std::move(version_in)),
       repository_version(repository_version_in),
       fingerprint(std::move(fingerprint_in)),
       request_contract(request_contract_in),
       converter(model->config(), limits),
-      live_counter_(std::move(live_counter)) {
-  live_counter_->fetch_add(1);
+      live_(std::move(live)) {
+  std::lock_guard<std::mutex> lock(live_->mu);
+  ++live_->count;
 }
 
 ServedModel::~ServedModel() {
-  live_counter_->fetch_sub(1);
+  model.reset();  // first, so that the count goes down once the memory is back
   spdlog::info("model version {} freed", version);
+  std::lock_guard<std::mutex> lock(live_->mu);
+  --live_->count;
+  live_->freed.notify_all();
+}
+
+int ModelManager::live_models() const {
+  std::lock_guard<std::mutex> lock(live_->mu);
+  return live_->count;
 }
 
 bool SameRequestContract(const ModelConfig& a, const ModelConfig& b, std::string* changes) {
@@ -274,13 +283,16 @@ void ModelManager::Swap(std::shared_ptr<const ServedModel> next) {
   // Wait for the batches that hold the old version, so that two reloads
   // never stack versions in memory and its memory shows returned below.
   const std::string previous_version = previous->version;
-  std::weak_ptr<const ServedModel> retired = previous;
   previous.reset();
-  const SteadyClock::time_point give_up = SteadyClock::now() + std::chrono::milliseconds(config_.drain_timeout_ms);
-  while (!retired.expired() && SteadyClock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  bool freed = false;
+  {
+    // Only the current version and the replaced one exist here (reloads are
+    // serialised and each waits like this one).
+    std::unique_lock<std::mutex> lock(live_->mu);
+    freed = live_->freed.wait_for(lock, std::chrono::milliseconds(config_.drain_timeout_ms),
+                                  [&] { return live_->count <= 1; });
   }
-  if (!retired.expired()) {
+  if (!freed) {
     spdlog::warn("model version {} still held by a batch after drain_timeout_ms = {}", previous_version,
                  config_.drain_timeout_ms);
   }

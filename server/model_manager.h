@@ -51,17 +51,27 @@
 
 namespace jagrank {
 
+// How many ServedModels of one manager are alive; the destructor of each
+// notifies `freed`.
+struct LiveModels {
+  std::mutex mu;
+  std::condition_variable freed;
+  int count ABSL_GUARDED_BY(mu) = 0;
+};
+
 // One loaded model version, shared (std::shared_ptr<const ServedModel>) by
 // the manager while it is current and by every batch computed on it.
 struct ServedModel {
   ServedModel(std::unique_ptr<Model> model, std::string version, int64_t repository_version,
               std::string fingerprint, uint64_t request_contract, const RequestLimits& limits,
-              std::shared_ptr<std::atomic<int>> live_counter);
-  ~ServedModel();  // frees the model; counts down live_counter
+              std::shared_ptr<LiveModels> live);
+  ~ServedModel();  // frees the model, then counts down `live` and notifies
   ServedModel(const ServedModel&) = delete;
   ServedModel& operator=(const ServedModel&) = delete;
 
-  const std::unique_ptr<Model> model;
+  // Not const only so that the destructor can free it before counting down;
+  // holders see a const ServedModel and never reseat it.
+  std::unique_ptr<Model> model;
   const std::string version;              // reported in RankResponse.model_version and GetModelInfo
   const int64_t repository_version;       // the repository's <n>; 0 for a fixed model
   const std::string fingerprint;          // of the repository files (model_repository.h); "" for a fixed model
@@ -72,7 +82,7 @@ struct ServedModel {
   const RankRequestConverter converter;   // validates RankRequests for this version
 
  private:
-  const std::shared_ptr<std::atomic<int>> live_counter_;
+  const std::shared_ptr<LiveModels> live_;
 };
 
 // Both configs give a RankRequest the same meaning (what
@@ -134,7 +144,7 @@ class ModelManager {
 
   // ServedModel objects alive: the current one plus replaced ones still held
   // by batches (or by callers of Current()).
-  int live_models() const { return live_->load(); }
+  int live_models() const;
 
  private:
   ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::string device);
@@ -154,7 +164,7 @@ class ModelManager {
   const ServerConfig& config_;
   ServerMetrics* const metrics_;
   const std::string device_;
-  const std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
+  const std::shared_ptr<LiveModels> live_ = std::make_shared<LiveModels>();
 
   mutable std::mutex current_mu_;
   std::shared_ptr<const ServedModel> current_ ABSL_GUARDED_BY(current_mu_);
