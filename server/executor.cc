@@ -20,8 +20,8 @@ void NameThisThread(const char* name) { pthread_setname_np(pthread_self(), name)
 
 }  // namespace
 
-Executor::Executor(ModelManager* models, Batcher* batcher, ServerMetrics* metrics)
-    : models_(models), batcher_(batcher), metrics_(metrics) {}
+Executor::Executor(ModelManager* models, int instance, Batcher* batcher, ServerMetrics* metrics)
+    : models_(models), instance_(instance), batcher_(batcher), metrics_(metrics) {}
 
 Executor::~Executor() { Join(); }
 
@@ -64,7 +64,7 @@ void Executor::Assemble(Work* work) {
   for (const auto& r : work->requests) inputs.push_back(&r->input);
   // The inputs were validated at the door: a failure here is a bug, and the
   // batch's requests get it as their answer.
-  work->status = AssembleBatch(inputs, work->served->model->config(), &work->batch);
+  work->status = AssembleBatch(inputs, ModelOf(*work)->config(), &work->batch);
   work->padded_history_tokens = work->batch.PaddedHistoryTokens();
   work->assemble_seconds = SecondsSince(start);
 }
@@ -72,7 +72,7 @@ void Executor::Assemble(Work* work) {
 void Executor::Stage(Work* work) {
   if (!work->status.ok()) return;  // assembly failed: nothing to stage
   const Clock::time_point start = Clock::now();
-  work->status = work->served->model->Stage(work->batch, work->slot);
+  work->status = ModelOf(*work)->Stage(work->batch, work->slot);
   work->assemble_seconds += SecondsSince(start);
 }
 
@@ -216,7 +216,7 @@ bool Executor::Compute(Work* work) {
     metrics_->OnQueueLatency(std::chrono::duration<double>(start - r->arrival).count());
   }
   work->timings = ForwardTimings();
-  if (work->status.ok()) work->status = work->served->model->Run(work->slot, &work->scores, &work->timings);
+  if (work->status.ok()) work->status = ModelOf(*work)->Run(work->slot, &work->scores, &work->timings);
   const double compute_seconds = SecondsSince(start);
   ReleaseSlot(work);
   if (work->status.ok() && static_cast<int64_t>(work->scores.size()) != work->batch.num_candidates()) {
@@ -251,7 +251,7 @@ void Executor::Complete(Work* work) {
                                 version);
     }
   }
-  metrics_->SetMemory(work->served->model->Memory());
+  metrics_->SetMemory(ModelOf(*work)->Memory());
 }
 
 }  // namespace jagrank

@@ -29,6 +29,13 @@
 // for another request contract than the batch's version (the version changed
 // what a RankRequest means while they were queued) are answered UNAVAILABLE,
 // never computed.
+//
+// Several executors: one per model instance (ServedModel::instances, e.g.
+// two per GPU or one per GPU of a list), all pulling from one Batcher
+// (NextBatch is thread-safe), so whichever assembly thread is free takes the
+// next batch. Each uses only its own instance of every version, and its own
+// slots and threads; nothing is shared between executors but the batcher,
+// the manager and the metrics.
 #ifndef JAGRANK_SERVER_EXECUTOR_H_
 #define JAGRANK_SERVER_EXECUTOR_H_
 
@@ -50,11 +57,13 @@ namespace jagrank {
 
 class Executor {
  public:
-  // `models`, `batcher` and `metrics` must outlive the executor. Model::Run
-  // is only ever called from the compute thread; Model::Stage from the
-  // assembly thread, or from the compute thread when it re-stages a batch
-  // whose requests partly expired (same slot and model, which that Work holds).
-  Executor(ModelManager* models, Batcher* batcher, ServerMetrics* metrics);
+  // Computes on instance `instance` (0 <= instance < models->instances()) of
+  // every version. `models`, `batcher` and `metrics` must outlive the
+  // executor. Model::Run is only ever called from the compute thread;
+  // Model::Stage from the assembly thread, or from the compute thread when
+  // it re-stages a batch whose requests partly expired (same slot and
+  // model, which that Work holds).
+  Executor(ModelManager* models, int instance, Batcher* batcher, ServerMetrics* metrics);
   ~Executor();  // Join()s.
 
   void Start();
@@ -96,7 +105,10 @@ class Executor {
   // contract than `served`'s with UNAVAILABLE and removes them.
   void DropOtherContracts(const ServedModel& served, std::vector<std::unique_ptr<QueuedRequest>>* requests);
 
+  Model* ModelOf(const Work& work) const { return work.served->instances[instance_].get(); }
+
   ModelManager* const models_;
+  const int instance_;
   Batcher* const batcher_;
   ServerMetrics* const metrics_;
   std::mutex mu_;

@@ -53,6 +53,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   // Model repository flags.
   std::string model_repository;
   double model_poll_interval_s = d.model_poll_interval_s;
+  // Several executors.
+  int instances_per_device = d.instances_per_device;
   int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
       max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads,
       grpc_completion_queues = d.grpc_completion_queues, grpc_max_concurrent_streams = d.grpc_max_concurrent_streams;
@@ -60,7 +62,7 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
   flags.Add("grpc-address", &grpc_address, "gRPC listen address host:port");
   flags.Add("metrics-address", &metrics_address, "Prometheus /metrics address host:port ('' = off)");
-  flags.Add("device", &device, "auto | cpu | cuda | cuda:N");
+  flags.Add("device", &device, "auto | cpu | cuda | cuda:N, or a list (cuda:0,cuda:1): executors on each");
   flags.Add("model-config", &model_config, "model YAML (default: the embedded config/model.yaml)");
   flags.Add("model-weights", &model_weights, "safetensors weights (default: random from the config's seed)");
   flags.Add("attention", &attention, "jagged | padded_flash | padded_dense");
@@ -89,6 +91,9 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
             "(excludes --model-config/--model-weights)");
   flags.Add("model-poll-interval-s", &model_poll_interval_s,
             "rescan --model-repository this often (0 = only on SIGHUP)");
+  // Several executors.
+  flags.Add("instances-per-device", &instances_per_device,
+            "executors per --device entry, each with its own model instance, fed by one batcher");
   RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -124,6 +129,8 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   // Model repository flags.
   if (flags.IsSet("model-repository")) config->model_repository = model_repository;
   if (flags.IsSet("model-poll-interval-s")) config->model_poll_interval_s = model_poll_interval_s;
+  // Several executors.
+  if (flags.IsSet("instances-per-device")) config->instances_per_device = instances_per_device;
   return ValidateServerConfig(*config);
 }
 
@@ -177,7 +184,7 @@ int Main(int argc, char** argv) {
   }
   {
     const std::shared_ptr<const ServedModel> served = server->CurrentModel();
-    const Model& model = *served->model;
+    const Model& model = served->model();
     spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(),
                  model.config().name, served->version, model.device(), AttentionStrategyName(model.attention()),
                  ServerConfigSummary(config));

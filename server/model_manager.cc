@@ -50,22 +50,22 @@ RequestLimits LimitsOf(const ServerConfig& config) {
 
 }  // namespace
 
-ServedModel::ServedModel(std::unique_ptr<Model> model_in, std::string version_in, int64_t repository_version_in,
-                         std::string fingerprint_in, uint64_t request_contract_in, const RequestLimits& limits,
-                         std::shared_ptr<LiveModels> live)
-    : model(std::move(model_in)),
+ServedModel::ServedModel(std::vector<std::unique_ptr<Model>> instances_in, std::string version_in,
+                         int64_t repository_version_in, std::string fingerprint_in, uint64_t request_contract_in,
+                         const RequestLimits& limits, std::shared_ptr<LiveModels> live)
+    : instances(std::move(instances_in)),
       version(std::move(version_in)),
       repository_version(repository_version_in),
       fingerprint(std::move(fingerprint_in)),
       request_contract(request_contract_in),
-      converter(model->config(), limits),
+      converter(instances.front()->config(), limits),
       live_(std::move(live)) {
   std::lock_guard<std::mutex> lock(live_->mu);
   ++live_->count;
 }
 
 ServedModel::~ServedModel() {
-  model.reset();  // first, so that the count goes down once the memory is back
+  instances.clear();  // first, so that the count goes down once the memory is back
   spdlog::info("model version {} freed", version);
   std::lock_guard<std::mutex> lock(live_->mu);
   --live_->count;
@@ -113,9 +113,13 @@ Status WarmUpModel(Model* model, int batches) {
   return Status::Ok();
 }
 
-std::string ResolveDevice(const ServerConfig& config) {
-  if (config.device == "auto") return CudaDeviceAvailable() ? "cuda:0" : "cpu";
-  return config.device;
+std::vector<std::string> ExecutorDevices(const ServerConfig& config) {
+  std::vector<std::string> devices;
+  for (std::string device : DeviceList(config.device)) {
+    if (device == "auto") device = CudaDeviceAvailable() ? "cuda:0" : "cpu";
+    for (int i = 0; i < config.instances_per_device; ++i) devices.push_back(device);
+  }
+  return devices;
 }
 
 Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const ServerConfig& config,
@@ -128,19 +132,24 @@ Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const S
   return Model::Create(model_config, std::move(weights), options, out);
 }
 
-ModelManager::ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::string device)
-    : config_(config), metrics_(metrics), device_(std::move(device)) {}
+ModelManager::ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::vector<std::string> devices)
+    : config_(config), metrics_(metrics), devices_(std::move(devices)) {}
 
 ModelManager::~ModelManager() { StopWatching(); }
 
-Status ModelManager::CreateFixed(const ServerConfig& config, std::unique_ptr<Model> model, ServerMetrics* metrics,
-                                 std::unique_ptr<ModelManager>* out) {
-  RETURN_IF_ERROR(WarmUpModel(model.get(), config.warmup_batches));
-  std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, model->device()));
-  const std::string version = model->version();
+Status ModelManager::CreateFixed(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
+                                 ServerMetrics* metrics, std::unique_ptr<ModelManager>* out) {
+  if (instances.empty()) return Status::InvalidArgument("ModelManager::CreateFixed: no model instance");
+  std::vector<std::string> devices;
+  for (const auto& model : instances) {
+    RETURN_IF_ERROR(WarmUpModel(model.get(), config.warmup_batches));
+    devices.push_back(model->device());
+  }
+  std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, std::move(devices)));
+  const std::string version = instances.front()->version();
   {
     std::lock_guard<std::mutex> lock(manager->reload_mu_);
-    std::shared_ptr<ServedModel> served = manager->Wrap(std::move(model), version, 0, "");
+    std::shared_ptr<ServedModel> served = manager->Wrap(std::move(instances), version, 0, "");
     std::lock_guard<std::mutex> current_lock(manager->current_mu_);
     manager->current_ = std::move(served);
   }
@@ -150,9 +159,9 @@ Status ModelManager::CreateFixed(const ServerConfig& config, std::unique_ptr<Mod
   return Status::Ok();
 }
 
-Status ModelManager::CreateFromRepository(const ServerConfig& config, const std::string& device,
-                                          ServerMetrics* metrics, std::unique_ptr<ModelManager>* out) {
-  std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, device));
+Status ModelManager::CreateFromRepository(const ServerConfig& config, ServerMetrics* metrics,
+                                          std::unique_ptr<ModelManager>* out) {
+  std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, ExecutorDevices(config)));
   std::shared_ptr<ServedModel> loaded;
   {
     std::lock_guard<std::mutex> lock(manager->reload_mu_);
@@ -178,44 +187,53 @@ std::shared_ptr<const ServedModel> ModelManager::Current() const {
   return current_;
 }
 
-std::shared_ptr<ServedModel> ModelManager::Wrap(std::unique_ptr<Model> model, std::string version,
+std::shared_ptr<ServedModel> ModelManager::Wrap(std::vector<std::unique_ptr<Model>> instances, std::string version,
                                                 int64_t repository_version, std::string fingerprint) {
   // A new contract number only when the request contract changes, so that
   // requests queued for the previous version still match the next one.
   std::shared_ptr<const ServedModel> serving = Current();
-  if (serving == nullptr || !SameRequestContract(serving->model->config(), model->config(), nullptr)) {
+  if (serving == nullptr ||
+      !SameRequestContract(serving->model().config(), instances.front()->config(), nullptr)) {
     ++last_contract_;
   }
-  return std::make_shared<ServedModel>(std::move(model), std::move(version), repository_version,
+  return std::make_shared<ServedModel>(std::move(instances), std::move(version), repository_version,
                                        std::move(fingerprint), last_contract_, LimitsOf(config_), live_);
 }
 
 Status ModelManager::LoadVersion(const RepositoryVersion& v, std::shared_ptr<ServedModel>* out) {
   const SteadyClock::time_point start = SteadyClock::now();
   ModelConfig model_config;
-  ModelWeights weights;
-  std::unique_ptr<Model> model;
+  std::vector<std::unique_ptr<Model>> instances;
+  int64_t file_bytes = 0;
   Status s = LoadModelConfig(v.config_path, &model_config);
-  if (s.ok()) s = LoadSafetensors(v.weights_path, model_config, &weights);
-  const int64_t file_bytes = weights.total_bytes();
-  if (s.ok()) s = BuildModel(model_config, std::move(weights), config_, device_, &model);
-  metrics_->SetModelsLoaded(live_models() + (model != nullptr ? 1 : 0));
-  if (s.ok()) s = WarmUpModel(model.get(), config_.warmup_batches);
+  // One instance per executor; each consumes its own weights (the file is
+  // mapped again, which shares its pages).
+  for (size_t i = 0; s.ok() && i < devices_.size(); ++i) {
+    ModelWeights weights;
+    s = LoadSafetensors(v.weights_path, model_config, &weights);
+    file_bytes = weights.total_bytes();
+    std::unique_ptr<Model> model;
+    if (s.ok()) s = BuildModel(model_config, std::move(weights), config_, devices_[i], &model);
+    if (s.ok() && i == 0) metrics_->SetModelsLoaded(live_models() + 1);
+    if (s.ok()) s = WarmUpModel(model.get(), config_.warmup_batches);
+    if (s.ok()) instances.push_back(std::move(model));
+  }
   const double seconds = SecondsSince(start);
   metrics_->OnModelLoad(s.ok(), seconds);
   if (!s.ok()) {
-    model.reset();
+    instances.clear();
     metrics_->SetModelsLoaded(live_models());
     failed_[v.version] = v.fingerprint;
     return Status(s.code(), "version " + std::to_string(v.version) + ": " + s.message());
   }
   failed_.erase(v.version);
-  const std::string version = std::to_string(v.version) + ":" + model->version();
+  const Model& model = *instances.front();
+  const std::string version = std::to_string(v.version) + ":" + model.version();
   spdlog::info("model repository '{}': version {} ({}, content hash {}, {} MiB of weights in the file) loaded and "
-               "warmed up on {} in {:.2f} s",
-               config_.model_repository, v.version, model->config().name, model->version(), file_bytes >> 20,
-               model->device(), seconds);
-  *out = Wrap(std::move(model), version, v.version, v.fingerprint);
+               "warmed up on {} ({} instance(s)) in {:.2f} s",
+               config_.model_repository, v.version, model.config().name, model.version(), file_bytes >> 20,
+               config_.device, instances.size(), seconds);
+  *out = Wrap(std::move(instances), version, v.version, v.fingerprint);
   return Status::Ok();
 }
 
@@ -268,7 +286,7 @@ Status ModelManager::ReloadNow() {
 void ModelManager::Swap(std::shared_ptr<const ServedModel> next) {
   std::shared_ptr<const ServedModel> previous = Current();
   std::string changes;
-  if (!SameRequestContract(previous->model->config(), next->model->config(), &changes)) {
+  if (!SameRequestContract(previous->model().config(), next->model().config(), &changes)) {
     spdlog::warn("model version {} changes what a RankRequest means ({}): requests are now validated for it, and "
                  "requests accepted for version {} that have not started are answered UNAVAILABLE",
                  next->version, changes, previous->version);
@@ -297,7 +315,7 @@ void ModelManager::Swap(std::shared_ptr<const ServedModel> next) {
                  config_.drain_timeout_ms);
   }
   metrics_->SetModelsLoaded(live_models());
-  metrics_->SetMemory(next->model->Memory());
+  metrics_->SetMemory(next->model().Memory());
 }
 
 void ModelManager::StartWatching() {

@@ -62,16 +62,21 @@ struct LiveModels {
 // One loaded model version, shared (std::shared_ptr<const ServedModel>) by
 // the manager while it is current and by every batch computed on it.
 struct ServedModel {
-  ServedModel(std::unique_ptr<Model> model, std::string version, int64_t repository_version,
+  ServedModel(std::vector<std::unique_ptr<Model>> instances, std::string version, int64_t repository_version,
               std::string fingerprint, uint64_t request_contract, const RequestLimits& limits,
               std::shared_ptr<LiveModels> live);
-  ~ServedModel();  // frees the model, then counts down `live` and notifies
+  ~ServedModel();  // frees the instances, then counts down `live` and notifies
   ServedModel(const ServedModel&) = delete;
   ServedModel& operator=(const ServedModel&) = delete;
 
-  // Not const only so that the destructor can free it before counting down;
-  // holders see a const ServedModel and never reseat it.
-  std::unique_ptr<Model> model;
+  // The version's config, device and attention (instance 0).
+  const Model& model() const { return *instances.front(); }
+
+  // One instance per executor, in ExecutorDevices order, all of one config
+  // and one set of weights; executor i uses only instances[i]. Not const
+  // only so that the destructor can free them before counting down; holders
+  // see a const ServedModel and never reseat them.
+  std::vector<std::unique_ptr<Model>> instances;
   const std::string version;              // reported in RankResponse.model_version and GetModelInfo
   const int64_t repository_version;       // the repository's <n>; 0 for a fixed model
   const std::string fingerprint;          // of the repository files (model_repository.h); "" for a fixed model
@@ -95,9 +100,10 @@ bool SameRequestContract(const ModelConfig& a, const ModelConfig& b, std::string
 // allocations, workspace pools and kernel loading happen before traffic.
 Status WarmUpModel(Model* model, int batches);
 
-// The device a model goes to: config.device, "auto" resolved (the GPU when
-// this build has CUDA and one is usable, the CPU otherwise).
-std::string ResolveDevice(const ServerConfig& config);
+// The device of each executor, in order: every entry of config.device's
+// list ("auto" resolved: the GPU when this build has CUDA and one is usable,
+// the CPU otherwise), instances_per_device times in a row.
+std::vector<std::string> ExecutorDevices(const ServerConfig& config);
 
 // Builds a model on `device` with the server's options (attention,
 // cpu_threads, cuda_sync); empty `weights` = the random model of the config.
@@ -106,14 +112,16 @@ Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const S
 
 class ModelManager {
  public:
-  // A fixed model, warmed up here (config.warmup_batches). `config` and
-  // `metrics` must outlive the manager.
-  static Status CreateFixed(const ServerConfig& config, std::unique_ptr<Model> model, ServerMetrics* metrics,
-                            std::unique_ptr<ModelManager>* out);
+  // A fixed model, one instance per executor (of one config and weights),
+  // warmed up here (config.warmup_batches). `config` and `metrics` must
+  // outlive the manager.
+  static Status CreateFixed(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
+                            ServerMetrics* metrics, std::unique_ptr<ModelManager>* out);
   // The highest complete version of config.model_repository that loads and
-  // warms up on `device` (a lower one when higher ones fail). Error naming
-  // the repository and each failure when none does.
-  static Status CreateFromRepository(const ServerConfig& config, const std::string& device, ServerMetrics* metrics,
+  // warms up, one instance per ExecutorDevices(config) entry (a lower
+  // version when higher ones fail). Error naming the repository and each
+  // failure when none does.
+  static Status CreateFromRepository(const ServerConfig& config, ServerMetrics* metrics,
                                      std::unique_ptr<ModelManager>* out);
   ~ModelManager();  // StopWatching()
 
@@ -121,6 +129,8 @@ class ModelManager {
   // reference count).
   std::shared_ptr<const ServedModel> Current() const;
   bool has_repository() const { return !config_.model_repository.empty(); }
+  // Model instances per version = executors.
+  int instances() const { return static_cast<int>(devices_.size()); }
 
   // Scans the repository once and serves the highest complete version that
   // loads: when that is not the serving one, loads it, warms it up and makes
@@ -147,7 +157,7 @@ class ModelManager {
   int live_models() const;
 
  private:
-  ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::string device);
+  ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::vector<std::string> devices);
 
   // Loads `v`, warms it up and wraps it (not yet current). REQUIRES: reload_mu_ held.
   Status LoadVersion(const RepositoryVersion& v, std::shared_ptr<ServedModel>* out)
@@ -157,13 +167,14 @@ class ModelManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(reload_mu_);
   // Makes `next` current; logs contract changes; waits for the old one to go.
   void Swap(std::shared_ptr<const ServedModel> next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(reload_mu_);
-  std::shared_ptr<ServedModel> Wrap(std::unique_ptr<Model> model, std::string version, int64_t repository_version,
-                                    std::string fingerprint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(reload_mu_);
+  std::shared_ptr<ServedModel> Wrap(std::vector<std::unique_ptr<Model>> instances, std::string version,
+                                    int64_t repository_version, std::string fingerprint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reload_mu_);
   void WatchLoop();
 
   const ServerConfig& config_;
   ServerMetrics* const metrics_;
-  const std::string device_;
+  const std::vector<std::string> devices_;  // one per executor
   const std::shared_ptr<LiveModels> live_ = std::make_shared<LiveModels>();
 
   mutable std::mutex current_mu_;

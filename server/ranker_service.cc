@@ -228,7 +228,7 @@ void RankerService::Handle(RankCall* call) {
 
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {
   const std::shared_ptr<const ServedModel> served = models_->Current();
-  const Model* model = served->model.get();
+  const Model* model = &served->model();
   const ModelConfig& c = model->config();
   response->set_name(c.name);
   response->set_version(served->version);

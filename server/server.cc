@@ -15,7 +15,8 @@
 
 namespace jagrank {
 
-Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
+Status LoadModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>>* out) {
+  out->clear();
   ModelConfig model_config;
   if (!config.model_config.empty()) {
     RETURN_IF_ERROR(LoadModelConfig(config.model_config, &model_config));
@@ -23,11 +24,16 @@ Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
     Status s = DefaultModelConfig(&model_config);
     if (!s.ok()) return Status(s.code(), "embedded config/model.yaml: " + s.message());
   }
-  ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
-  if (!config.model_weights.empty()) {
-    RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
+  for (const std::string& device : ExecutorDevices(config)) {
+    ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
+    if (!config.model_weights.empty()) {
+      RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
+    }
+    std::unique_ptr<Model> model;
+    RETURN_IF_ERROR(BuildModel(model_config, std::move(weights), config, device, &model));
+    out->push_back(std::move(model));
   }
-  return BuildModel(model_config, std::move(weights), config, ResolveDevice(config), out);
+  return Status::Ok();
 }
 
 JagrankServer::JagrankServer(const ServerConfig& config, ServerMetrics* metrics)
@@ -42,15 +48,16 @@ Status JagrankServer::Create(const ServerConfig& config, ServerMetrics* metrics,
   RETURN_IF_ERROR(server->Start());
   std::unique_ptr<ModelManager> models;
   if (!config.model_repository.empty()) {
-    RETURN_IF_ERROR(ModelManager::CreateFromRepository(config, ResolveDevice(config), metrics, &models));
+    RETURN_IF_ERROR(ModelManager::CreateFromRepository(server->config_, metrics, &models));
   } else {
-    std::unique_ptr<Model> model;
+    std::vector<std::unique_ptr<Model>> instances;
     const Clock::time_point start = Clock::now();
-    RETURN_IF_ERROR(LoadModel(config, &model));
-    spdlog::info("model {} version {} loaded on {} in {:.2f} s ({} MiB of weights)", model->config().name,
-                 model->version(), model->device(), std::chrono::duration<double>(Clock::now() - start).count(),
-                 model->Memory().weights_bytes >> 20);
-    RETURN_IF_ERROR(ModelManager::CreateFixed(config, std::move(model), metrics, &models));
+    RETURN_IF_ERROR(LoadModels(config, &instances));
+    const Model& model = *instances.front();
+    spdlog::info("model {} version {} loaded on {} ({} instance(s)) in {:.2f} s ({} MiB of weights each)",
+                 model.config().name, model.version(), config.device, instances.size(),
+                 std::chrono::duration<double>(Clock::now() - start).count(), model.Memory().weights_bytes >> 20);
+    RETURN_IF_ERROR(ModelManager::CreateFixed(server->config_, std::move(instances), metrics, &models));
   }
   RETURN_IF_ERROR(server->Ready(std::move(models)));
   *out = std::move(server);
@@ -59,11 +66,18 @@ Status JagrankServer::Create(const ServerConfig& config, ServerMetrics* metrics,
 
 Status JagrankServer::CreateWithModel(const ServerConfig& config, std::unique_ptr<Model> model,
                                       ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out) {
+  std::vector<std::unique_ptr<Model>> instances;
+  instances.push_back(std::move(model));
+  return CreateWithModels(config, std::move(instances), metrics, out);
+}
+
+Status JagrankServer::CreateWithModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
+                                       ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out) {
   RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
   RETURN_IF_ERROR(server->Start());
   std::unique_ptr<ModelManager> models;
-  RETURN_IF_ERROR(ModelManager::CreateFixed(config, std::move(model), metrics, &models));
+  RETURN_IF_ERROR(ModelManager::CreateFixed(server->config_, std::move(instances), metrics, &models));
   RETURN_IF_ERROR(server->Ready(std::move(models)));
   *out = std::move(server);
   return Status::Ok();
@@ -113,13 +127,16 @@ Status JagrankServer::Start() {
 Status JagrankServer::Ready(std::unique_ptr<ModelManager> models) {
   models_ = std::move(models);  // loaded and warmed up
   std::shared_ptr<const ServedModel> served = models_->Current();
-  metrics_->SetMemory(served->model->Memory());
+  metrics_->SetMemory(served->model().Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       served->model->attention() == AttentionStrategy::kJagged
+                                       served->model().attention() == AttentionStrategy::kJagged
                                            ? Batcher::AttentionCost::kSumOfSquares
-                                           : Batcher::AttentionCost::kPadded);
-  executor_ = std::make_unique<Executor>(models_.get(), batcher_.get(), metrics_);
-  executor_->Start();
+                                           : Batcher::AttentionCost::kPadded,
+                                       models_->instances());
+  for (int i = 0; i < models_->instances(); ++i) {
+    executors_.push_back(std::make_unique<Executor>(models_.get(), i, batcher_.get(), metrics_));
+  }
+  for (auto& executor : executors_) executor->Start();
   service_->SetReady(models_.get(), batcher_.get());
   models_->StartWatching();
   SetHealth(true);
@@ -161,8 +178,10 @@ Status JagrankServer::Drain() {
     // past its timeout.
     auto joined = std::make_shared<std::promise<void>>();
     std::future<void> done = joined->get_future();
-    std::thread([executor = executor_.get(), joined] {
-      executor->Join();
+    std::vector<Executor*> executors;
+    for (auto& executor : executors_) executors.push_back(executor.get());
+    std::thread([executors, joined] {
+      for (Executor* executor : executors) executor->Join();
       joined->set_value();
     }).detach();
     if (done.wait_until(give_up) != std::future_status::ready) {
@@ -172,7 +191,7 @@ Status JagrankServer::Drain() {
       grpc_server_->Shutdown(std::chrono::system_clock::now());
       // The executor may still be inside Forward: keep everything it can
       // touch alive; the caller is expected to exit the process now.
-      (void)executor_.release();
+      for (auto& executor : executors_) (void)executor.release();
       (void)batcher_.release();
       (void)models_.release();
       (void)service_.release();

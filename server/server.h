@@ -30,10 +30,11 @@ inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
 
 // Reads the model config (config.model_config, or the embedded default),
 // the weights (config.model_weights, or random ones from the config's seed)
-// and builds the model on config.device ("auto": the GPU when this build has
-// CUDA and one is usable, the CPU otherwise). Not for config.model_repository
-// (ModelManager::CreateFromRepository loads those).
-Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out);
+// and builds one instance of the model per executor (ExecutorDevices: each
+// entry of config.device, "auto" being the GPU when this build has CUDA and
+// one is usable, the CPU otherwise; instances_per_device on each). Not for
+// config.model_repository (ModelManager::CreateFromRepository loads those).
+Status LoadModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>>* out);
 
 // config/server.yaml as it was at build time (the default of --config).
 // The embedded model config is model/config.h's DefaultModelConfig().
@@ -46,9 +47,13 @@ class JagrankServer {
   // LoadModel), warms it up, then reports SERVING; a repository is watched
   // from then on (server/model_manager.h). `metrics` must outlive the server.
   static Status Create(const ServerConfig& config, ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out);
-  // The same with a fixed model built by the caller (tests wrap the real one).
+  // The same with a fixed model built by the caller (tests wrap the real
+  // one): one executor; or one executor per instance (of one config and
+  // weights).
   static Status CreateWithModel(const ServerConfig& config, std::unique_ptr<Model> model, ServerMetrics* metrics,
                                 std::unique_ptr<JagrankServer>* out);
+  static Status CreateWithModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
+                                 ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out);
   ~JagrankServer();  // Drain()s if not done yet.
 
   int port() const { return port_; }        // the bound gRPC port
@@ -80,7 +85,7 @@ class JagrankServer {
   ServerMetrics* const metrics_;
   std::unique_ptr<ModelManager> models_;  // declared before the executor, which reads it
   std::unique_ptr<Batcher> batcher_;
-  std::unique_ptr<Executor> executor_;
+  std::vector<std::unique_ptr<Executor>> executors_;  // one per model instance, all on batcher_
   std::unique_ptr<RankerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;

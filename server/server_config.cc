@@ -124,6 +124,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.model_repository));
     } else if (key == "model_poll_interval_s") {
       RETURN_IF_ERROR(Read(v, key, &c.model_poll_interval_s));
+    } else if (key == "instances_per_device") {  // several executors
+      RETURN_IF_ERROR(Read(v, key, &c.instances_per_device));
     } else {
       return Status::InvalidArgument("server config: unknown key '" + key + "'");
     }
@@ -166,8 +168,11 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return Status::InvalidArgument("server config attention = '" + c.attention +
                                    "': must be jagged, padded_flash or padded_dense");
   }
-  if (c.device != "auto" && c.device != "cpu" && c.device.rfind("cuda", 0) != 0) {
-    return Status::InvalidArgument("server config device = '" + c.device + "': must be auto, cpu, cuda or cuda:N");
+  for (const std::string& device : DeviceList(c.device)) {
+    if (device != "auto" && device != "cpu" && device.rfind("cuda", 0) != 0) {
+      return Status::InvalidArgument("server config device = '" + c.device + "': entry '" + device +
+                                     "' must be auto, cpu, cuda or cuda:N (a list separates entries with commas)");
+    }
   }
   if (c.cpu_threads < 0) return Status::InvalidArgument("server config cpu_threads: must be >= 0");
   if (c.cuda_sync != "spin" && c.cuda_sync != "block") {
@@ -218,13 +223,29 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return Status::InvalidArgument("server config model_poll_interval_s = " + std::to_string(c.model_poll_interval_s) +
                                    ": must be a finite number >= 0 (0 = rescan only on SIGHUP)");
   }
+  // Several executors.
+  if (c.instances_per_device < 1 || c.instances_per_device > kMaxInstancesPerDevice) {
+    return Status::InvalidArgument("server config instances_per_device = " + std::to_string(c.instances_per_device) +
+                                   ": must be in [1, " + std::to_string(kMaxInstancesPerDevice) + "]");
+  }
   return Status::Ok();
+}
+
+std::vector<std::string> DeviceList(const std::string& device) {
+  std::vector<std::string> entries;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = device.find(',', start);
+    entries.push_back(device.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return entries;
+    start = comma + 1;
+  }
 }
 
 std::string ServerConfigSummary(const ServerConfig& c) {
   std::ostringstream s;
   s << "grpc=" << c.grpc_address << " metrics=" << (c.metrics_address.empty() ? "off" : c.metrics_address)
-    << " device=" << c.device << " attention=" << c.attention << " cuda_sync=" << c.cuda_sync
+    << " device=" << c.device << " instances_per_device=" << c.instances_per_device << " attention=" << c.attention << " cuda_sync=" << c.cuda_sync
     << (c.model_repository.empty()
             ? " model_config=" + (c.model_config.empty() ? std::string("<embedded>") : c.model_config) +
                   " weights=" + (c.model_weights.empty() ? std::string("<random from seed>") : c.model_weights)

@@ -35,7 +35,7 @@ constexpr int kMaxGrpcConcurrentStreams = 1 << 20;
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";     // host:port of the gRPC listener (port 0 = pick one)
   std::string metrics_address = "0.0.0.0:9100";  // host:port of /metrics; empty = no metrics endpoint
-  std::string device = "auto";                   // auto | cpu | cuda | cuda:N
+  std::string device = "auto";                   // auto | cpu | cuda | cuda:N, or a comma-separated list (one executor set per entry)
   std::string model_config;                      // model YAML path; empty = the embedded config/model.yaml
   std::string model_weights;                     // safetensors path; empty = random weights from the config's seed
   std::string attention = "jagged";              // jagged | padded_flash | padded_dense
@@ -74,7 +74,18 @@ struct ServerConfig {
   std::string model_repository;
   // Rescan the repository this often (seconds); 0 = only on SIGHUP.
   double model_poll_interval_s = 10;
+
+  // Several executors (server/executor.h): instances_per_device executors,
+  // each with its own model instance, on every entry of the device list;
+  // all pull from one batcher, whichever is free first.
+  int instances_per_device = 1;
 };
+
+// Upper limit of ServerConfig::instances_per_device.
+constexpr int kMaxInstancesPerDevice = 16;
+
+// The entries of config.device's comma-separated list, as written.
+std::vector<std::string> DeviceList(const std::string& device);
 
 // Parses YAML text (keys as the field names above; batching keys nested under
 // `batching:`). Unknown keys are errors that name the key.

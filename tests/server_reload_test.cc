@@ -315,7 +315,7 @@ TEST_F(ServerReloadTest, ThreeSwapsUnderLoadLoseNothingAndEachAnswerMatchesItsVe
   EXPECT_EQ(metrics_test::Value(samples, "jagrank_model_reloads_total", {{"result", "failure"}}), 0);
   EXPECT_EQ(metrics_test::Value(samples, "jagrank_model_load_seconds_count"), 4);
   EXPECT_EQ(metrics_test::Value(samples, "jagrank_model_weights_bytes"),
-            static_cast<double>(server_->CurrentModel()->model->Memory().weights_bytes));
+            static_cast<double>(server_->CurrentModel()->model().Memory().weights_bytes));
 }
 
 // A truncated weights file and a config whose shapes do not match the
@@ -438,7 +438,7 @@ TEST_F(ServerReloadTest, QueuedRequestIsComputedOnlyByAVersionOfItsContract) {
   config_.model_poll_interval_s = 0;
   server_test::CountingMetrics& metrics = counting_;
   std::unique_ptr<ModelManager> models;
-  ASSERT_TRUE(ModelManager::CreateFromRepository(config_, "cpu", &metrics, &models).ok());
+  ASSERT_TRUE(ModelManager::CreateFromRepository(config_, &metrics, &models).ok());
 
   struct Outcome {
     Status status;
@@ -464,7 +464,7 @@ TEST_F(ServerReloadTest, QueuedRequestIsComputedOnlyByAVersionOfItsContract) {
     ASSERT_TRUE(batcher->Enqueue(&queued).ok());
   };
   auto run_executor = [&](Batcher* batcher) {
-    Executor executor(models.get(), batcher, &metrics);
+    Executor executor(models.get(), 0, batcher, &metrics);
     executor.Start();
     batcher->Close();
     executor.Join();
