@@ -141,6 +141,8 @@ class ServerReloadTest : public ::testing::Test {
     ASSERT_TRUE(PrometheusMetrics::Create("127.0.0.1:" + std::to_string(metrics_port_), &prometheus_).ok());
   }
 
+  void SwapThreeTimesUnderLoad();
+
   std::string root_, repo_;
   ServerConfig config_;
   // Declared before the server, which reports to them until it is gone.
@@ -226,6 +228,19 @@ TEST_F(ServerReloadTest, StartServesTheHighestVersionThatLoads) {
 // own forward pass, each version served some, and afterwards one version is
 // in memory (the replaced ServedModels were destroyed; the metrics agree).
 TEST_F(ServerReloadTest, ThreeSwapsUnderLoadLoseNothingAndEachAnswerMatchesItsVersion) {
+  SwapThreeTimesUnderLoad();
+}
+
+// The same with two executors: each version is loaded once per executor
+// and both instances are replaced together.
+TEST_F(ServerReloadTest, ThreeSwapsUnderLoadWithTwoExecutors) {
+  config_.instances_per_device = 2;
+  SwapThreeTimesUnderLoad();
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(server_->CurrentModel()->instances.size(), 2u);
+}
+
+void ServerReloadTest::SwapThreeTimesUnderLoad() {
   WriteVersion(1, VersionConfig(101));
   StartPrometheus();
   StartServer(prometheus_.get());
