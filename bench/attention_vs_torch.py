@@ -2,8 +2,8 @@
 
 Loads the C ABI (kernels/jagrank_c.h, libjagrank_kernels_c.so) through
 ctypes, checks it against torch SDPA on random jagged inputs (relative error),
-then times it beside torch's variants on the shapes of ANCHORS.md, with the
-method of ../shared/tools/attention_anchors.py: CUDA events, median of 20
+then times it beside torch's variants on the anchor shapes below (the
+shapes the project's attention is measured on): CUDA events, median of 20
 after warm-up, peak memory beyond the inputs (torch's caching allocator:
 outputs and padded copies count; ours allocates only its output).
 
@@ -46,12 +46,12 @@ except ImportError:
 
 DTYPE_BF16 = 1
 
-SELF_SHAPES = [  # (B, N, H, D, fill), ANCHORS.md
+SELF_SHAPES = [  # (B, N, H, D, fill)
     (1024, 256, 4, 32, 0.5), (1024, 512, 4, 32, 0.5), (1024, 1024, 4, 32, 0.5),
     (512, 2048, 4, 32, 0.5), (1024, 1024, 4, 32, 0.25), (1024, 1024, 4, 32, 0.1),
     (1024, 512, 4, 64, 0.5), (512, 1024, 4, 128, 0.5), (256, 4096, 4, 64, 0.25),
 ]
-TARGET_SHAPES = [  # (B, Cmin, Cmax, Lmax, d), ANCHORS.md
+TARGET_SHAPES = [  # (B, Cmin, Cmax, Lmax, d)
     (256, 64, 512, 1024, 64), (256, 64, 512, 2048, 64), (1024, 16, 128, 1024, 64),
     (128, 256, 1024, 4096, 64),
 ]
@@ -94,7 +94,7 @@ def ours_target(lib, q, q_offsets, max_q, z, k_offsets, max_k, scale):
 
 
 def lengths(B, N, fill, gen):
-    # ANCHORS.md: uniform in [lo, N] with mean ~ fill N for fill >= 0.5, else [1, 2 fill N].
+    # Uniform in [lo, N] with mean ~ fill N for fill >= 0.5, else [1, 2 fill N].
     if fill >= 0.5:
         lo = max(1, int((2 * fill - 1) * N))
         return torch.randint(lo, N + 1, (B,), generator=gen)

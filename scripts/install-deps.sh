@@ -11,8 +11,10 @@ build_pkgs=(
   prometheus-cpp-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
   libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
-# Real peers the integration tests drive: the Prometheus server and a headless browser.
-test_pkgs=(prometheus chromium curl python3)
+# Real peers the integration tests drive: the Prometheus server and a headless browser;
+# the Python package's tests (python/tests: the PyTorch twin, its gRPC stubs, pip install ./python).
+test_pkgs=(prometheus chromium curl python3
+  python3-torch python3-numpy python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-pip)
 
 pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}")
 if [ "${1:-}" = "--build-only" ]; then pkgs=("${build_pkgs[@]}"); fi

@@ -73,15 +73,16 @@ struct QueuedRequest {
 
 class Batcher {
  public:
-  enum class AttentionCost {
-    kSumOfSquares,  // jagged: sum over requests of L^2
-    kPadded,        // padded_flash / padded_dense: R * (max L)^2
-  };
+  // The attention cost of `requests` histories whose squared lengths sum to
+  // `sum_of_squares` and whose longest is `longest`: the model's strategy
+  // says (Model::AttentionCost). Called under the batcher's lock.
+  using AttentionCostFn = std::function<int64_t(int64_t requests, int64_t sum_of_squares, int64_t longest)>;
 
-  // `metrics` must outlive the batcher. `executors`: how many executors
-  // pull from it (each reports SetExecutorHasBatchWaiting for itself).
-  Batcher(const BatchingConfig& config, ServerMetrics* metrics,
-          AttentionCost attention_cost = AttentionCost::kSumOfSquares, int executors = 1);
+  // `metrics` must outlive the batcher. Without `attention_cost`, the jagged
+  // strategy's (sum of L^2). `executors`: how many executors pull from it
+  // (each reports SetExecutorHasBatchWaiting for itself).
+  Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost = {},
+          int executors = 1);
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
@@ -121,7 +122,7 @@ class Batcher {
 
   const BatchingConfig config_;
   ServerMetrics* const metrics_;
-  const AttentionCost attention_cost_;
+  const AttentionCostFn attention_cost_;
   const int executors_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

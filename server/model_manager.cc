@@ -127,7 +127,6 @@ Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const S
   ModelOptions options;
   options.device = device;
   options.cpu_threads = config.cpu_threads;
-  options.cuda_blocking_sync = config.cuda_sync == "block";
   RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
   return Model::Create(model_config, std::move(weights), options, out);
 }

@@ -106,7 +106,7 @@ Status WarmUpModel(Model* model, int batches);
 std::vector<std::string> ExecutorDevices(const ServerConfig& config);
 
 // Builds a model on `device` with the server's options (attention,
-// cpu_threads, cuda_sync); empty `weights` = the random model of the config.
+// cpu_threads); empty `weights` = the random model of the config.
 Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const ServerConfig& config,
                   const std::string& device, std::unique_ptr<Model>* out);
 

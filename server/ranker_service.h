@@ -1,13 +1,14 @@
 // RankerService: the jagrank.v1.Ranker gRPC service. Rank runs on the async
-// completion-queue API: kCompletionQueues server completion queues, each
-// polled by its own thread, with kCallsRequestedPerQueue calls requested on
-// each ahead of time. A polling thread validates a new call, queues it on the
-// batcher and goes back to its queue; the executor finishes the call when its
-// batch is computed. (On the H200 host, jagged h1024 in one benchmark call:
-// the callback API peaked at 49.7k QPS at 128 calls in flight and fell to
-// 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms, at about
-// the same server CPU per call.) GetModelInfo is rare and stays on the
-// callback API.
+// completion-queue API: CompletionQueueCount() server completion queues,
+// each polled by its own thread, with kCallsRequestedPerQueue calls
+// requested on each ahead of time. A polling thread converts a new call's
+// RankRequest into a RankInput (server/rank_request.h: the protobuf stops
+// there), queues it on the batcher and goes back to its queue; the executor
+// finishes the call when its batch is computed. (On the H200 host, jagged
+// h1024: the callback API peaked at 49.7k QPS at 128 calls in flight and
+// fell to 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms,
+// at about the same server CPU per call.) GetModelInfo is rare and stays on
+// the callback API.
 #ifndef JAGRANK_SERVER_RANKER_SERVICE_H_
 #define JAGRANK_SERVER_RANKER_SERVICE_H_
 

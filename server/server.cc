@@ -129,9 +129,12 @@ Status JagrankServer::Ready(std::unique_ptr<ModelManager> models) {
   std::shared_ptr<const ServedModel> served = models_->Current();
   metrics_->SetMemory(served->model().Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       served->model().attention() == AttentionStrategy::kJagged
-                                           ? Batcher::AttentionCost::kSumOfSquares
-                                           : Batcher::AttentionCost::kPadded,
+                                       // Every version has the server's one attention
+                                       // strategy; the current one is asked, as the
+                                       // batch goes to it (a replaced one may be freed).
+                                       [models = models_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
+                                         return models->Current()->model().AttentionCost(requests, sum_sq, longest);
+                                       },
                                        models_->instances());
   for (int i = 0; i < models_->instances(); ++i) {
     executors_.push_back(std::make_unique<Executor>(models_.get(), i, batcher_.get(), metrics_));

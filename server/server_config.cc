@@ -245,7 +245,8 @@ std::vector<std::string> DeviceList(const std::string& device) {
 std::string ServerConfigSummary(const ServerConfig& c) {
   std::ostringstream s;
   s << "grpc=" << c.grpc_address << " metrics=" << (c.metrics_address.empty() ? "off" : c.metrics_address)
-    << " device=" << c.device << " instances_per_device=" << c.instances_per_device << " attention=" << c.attention << " cuda_sync=" << c.cuda_sync
+    << " device=" << c.device << " instances_per_device=" << c.instances_per_device << " attention=" << c.attention
+    << " cuda_sync=" << c.cuda_sync
     << (c.model_repository.empty()
             ? " model_config=" + (c.model_config.empty() ? std::string("<embedded>") : c.model_config) +
                   " weights=" + (c.model_weights.empty() ? std::string("<random from seed>") : c.model_weights)

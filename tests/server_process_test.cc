@@ -323,7 +323,7 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_GE(p99, p50);
   EXPECT_EQ(result["server"]["model"], "test-small");
   // The loadgen measures its own CPU (it shares the host with the server in
-  // the benchmarks) and parses a sample of the responses (call 0 among them).
+  // the benchmarks) and parses a sample of the responses (the first call among them).
   EXPECT_GT(result["client_cpu_cores"].get<double>(), 0.0) << result.dump();
   EXPECT_LT(result["client_cpu_cores"].get<double>(), 64.0) << result.dump();
   EXPECT_GE(result["responses_checked_every"].get<int64_t>(), 1);
