@@ -251,7 +251,25 @@ void Executor::Complete(Work* work) {
                                 version);
     }
   }
-  metrics_->SetMemory(ModelOf(*work)->Memory());
+  // The model counts padding saved since its creation; the metrics take one
+  // running total over instances and versions (ModelManager::MemoryToReport).
+  const Model& model = *ModelOf(*work);
+  int64_t increase = 0;
+  {
+    std::lock_guard<std::mutex> lock(report_mu_);
+    if (work->served->serial > reported_serial_) {  // a newer version: its count starts at its creation
+      reported_serial_ = work->served->serial;
+      reported_padding_saved_bytes_ = 0;
+    }
+    // A replaced version's last batches, answered after the new version's
+    // first, are not counted (serials only grow).
+    if (work->served->serial == reported_serial_) {
+      const int64_t total = model.Memory().padding_saved_bytes;
+      increase = std::max<int64_t>(0, total - reported_padding_saved_bytes_);
+      reported_padding_saved_bytes_ = std::max(reported_padding_saved_bytes_, total);
+    }
+  }
+  metrics_->SetMemory(models_->MemoryToReport(model, increase));
 }
 
 }  // namespace jagrank

@@ -35,7 +35,9 @@
 // (NextBatch is thread-safe), so whichever assembly thread is free takes the
 // next batch. Each uses only its own instance of every version, and its own
 // slots and threads; nothing is shared between executors but the batcher,
-// the manager and the metrics.
+// the manager and the metrics. An executor takes a batch only when it has a
+// slot for it, so a slow one holds at most the batch it runs, one staged
+// behind it and one waiting for a slot; the rest go to the others.
 #ifndef JAGRANK_SERVER_EXECUTOR_H_
 #define JAGRANK_SERVER_EXECUTOR_H_
 
@@ -109,6 +111,11 @@ class Executor {
 
   ModelManager* const models_;
   const int instance_;
+  // The instance last reported to the metrics (its ServedModel's serial) and
+  // its padding_saved_bytes then; completion threads only, under report_mu_.
+  std::mutex report_mu_;
+  uint64_t reported_serial_ = 0;
+  int64_t reported_padding_saved_bytes_ = 0;
   Batcher* const batcher_;
   ServerMetrics* const metrics_;
   std::mutex mu_;

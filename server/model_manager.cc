@@ -50,10 +50,11 @@ RequestLimits LimitsOf(const ServerConfig& config) {
 
 }  // namespace
 
-ServedModel::ServedModel(std::vector<std::unique_ptr<Model>> instances_in, std::string version_in,
-                         int64_t repository_version_in, std::string fingerprint_in, uint64_t request_contract_in,
-                         const RequestLimits& limits, std::shared_ptr<LiveModels> live)
+ServedModel::ServedModel(std::vector<std::unique_ptr<Model>> instances_in, uint64_t serial_in,
+                         std::string version_in, int64_t repository_version_in, std::string fingerprint_in,
+                         uint64_t request_contract_in, const RequestLimits& limits, std::shared_ptr<LiveModels> live)
     : instances(std::move(instances_in)),
+      serial(serial_in),
       version(std::move(version_in)),
       repository_version(repository_version_in),
       fingerprint(std::move(fingerprint_in)),
@@ -70,6 +71,12 @@ ServedModel::~ServedModel() {
   std::lock_guard<std::mutex> lock(live_->mu);
   --live_->count;
   live_->freed.notify_all();
+}
+
+ModelMemory ModelManager::MemoryToReport(const Model& instance, int64_t padding_saved_increase) {
+  ModelMemory memory = instance.Memory();
+  memory.padding_saved_bytes = padding_saved_total_.fetch_add(padding_saved_increase) + padding_saved_increase;
+  return memory;
 }
 
 int ModelManager::live_models() const {
@@ -195,7 +202,7 @@ std::shared_ptr<ServedModel> ModelManager::Wrap(std::vector<std::unique_ptr<Mode
       !SameRequestContract(serving->model().config(), instances.front()->config(), nullptr)) {
     ++last_contract_;
   }
-  return std::make_shared<ServedModel>(std::move(instances), std::move(version), repository_version,
+  return std::make_shared<ServedModel>(std::move(instances), ++last_serial_, std::move(version), repository_version,
                                        std::move(fingerprint), last_contract_, LimitsOf(config_), live_);
 }
 
@@ -314,7 +321,7 @@ void ModelManager::Swap(std::shared_ptr<const ServedModel> next) {
                  config_.drain_timeout_ms);
   }
   metrics_->SetModelsLoaded(live_models());
-  metrics_->SetMemory(next->model().Memory());
+  metrics_->SetMemory(MemoryToReport(next->model(), 0));
 }
 
 void ModelManager::StartWatching() {

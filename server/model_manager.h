@@ -62,9 +62,9 @@ struct LiveModels {
 // One loaded model version, shared (std::shared_ptr<const ServedModel>) by
 // the manager while it is current and by every batch computed on it.
 struct ServedModel {
-  ServedModel(std::vector<std::unique_ptr<Model>> instances, std::string version, int64_t repository_version,
-              std::string fingerprint, uint64_t request_contract, const RequestLimits& limits,
-              std::shared_ptr<LiveModels> live);
+  ServedModel(std::vector<std::unique_ptr<Model>> instances, uint64_t serial, std::string version,
+              int64_t repository_version, std::string fingerprint, uint64_t request_contract,
+              const RequestLimits& limits, std::shared_ptr<LiveModels> live);
   ~ServedModel();  // frees the instances, then counts down `live` and notifies
   ServedModel(const ServedModel&) = delete;
   ServedModel& operator=(const ServedModel&) = delete;
@@ -77,6 +77,7 @@ struct ServedModel {
   // only so that the destructor can free them before counting down; holders
   // see a const ServedModel and never reseat them.
   std::vector<std::unique_ptr<Model>> instances;
+  const uint64_t serial;                  // unique per ServedModel of a manager (1, 2, ...)
   const std::string version;              // reported in RankResponse.model_version and GetModelInfo
   const int64_t repository_version;       // the repository's <n>; 0 for a fixed model
   const std::string fingerprint;          // of the repository files (model_repository.h); "" for a fixed model
@@ -156,6 +157,13 @@ class ModelManager {
   // by batches (or by callers of Current()).
   int live_models() const;
 
+  // Memory of `instance` to report (ServerMetrics::SetMemory), with
+  // padding_saved_bytes turned into one running total over every instance
+  // and version: each Model counts from its own creation, so the executor
+  // passes the increase since its last report on that instance.
+  // Thread-safe.
+  ModelMemory MemoryToReport(const Model& instance, int64_t padding_saved_increase);
+
  private:
   ModelManager(const ServerConfig& config, ServerMetrics* metrics, std::vector<std::string> devices);
 
@@ -184,6 +192,8 @@ class ModelManager {
   // Versions that failed to load -> the fingerprint their files had then.
   std::map<int64_t, std::string> failed_ ABSL_GUARDED_BY(reload_mu_);
   uint64_t last_contract_ ABSL_GUARDED_BY(reload_mu_) = 0;  // request_contract of the newest ServedModel
+  uint64_t last_serial_ ABSL_GUARDED_BY(reload_mu_) = 0;    // serial of the newest ServedModel
+  std::atomic<int64_t> padding_saved_total_{0};              // see MemoryToReport
   std::string last_scan_note_ ABSL_GUARDED_BY(reload_mu_);  // logged once per change, not every poll
 
   std::mutex watch_mu_;

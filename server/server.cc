@@ -127,7 +127,7 @@ Status JagrankServer::Start() {
 Status JagrankServer::Ready(std::unique_ptr<ModelManager> models) {
   models_ = std::move(models);  // loaded and warmed up
   std::shared_ptr<const ServedModel> served = models_->Current();
-  metrics_->SetMemory(served->model().Memory());
+  metrics_->SetMemory(models_->MemoryToReport(served->model(), 0));
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
                                        // Every version has the server's one attention
                                        // strategy; the current one is asked, as the

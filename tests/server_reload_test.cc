@@ -51,6 +51,13 @@ class ServerReloadTest : public ::testing::Test {
     root_ = dir_template;
     repo_ = root_ + "/repo";
     ASSERT_EQ(mkdir(repo_.c_str(), 0755), 0);
+    config_.grpc_address = "127.0.0.1:0";
+    config_.metrics_address = "";
+    config_.device = "cpu";
+    config_.cpu_threads = 1;
+    config_.warmup_batches = 1;
+    config_.drain_linger_ms = 0;
+    config_.batching.max_queue_delay_us = 500;
   }
 
   void TearDown() override {
@@ -89,13 +96,6 @@ class ServerReloadTest : public ::testing::Test {
   std::string ReportedVersion(int n) { return std::to_string(n) + ":" + Oracle(n)->version(); }
 
   void StartServer(ServerMetrics* metrics, double poll_interval_s = 0) {
-    config_.grpc_address = "127.0.0.1:0";
-    config_.metrics_address = "";
-    config_.device = "cpu";
-    config_.cpu_threads = 1;
-    config_.warmup_batches = 1;
-    config_.drain_linger_ms = 0;
-    config_.batching.max_queue_delay_us = 500;
     config_.model_repository = repo_;
     config_.model_poll_interval_s = poll_interval_s;
     Status s = JagrankServer::Create(config_, metrics, &server_);
@@ -203,9 +203,6 @@ TEST_F(ServerReloadTest, RepositoryExcludesModelConfigAndWeights) {
 }
 
 TEST_F(ServerReloadTest, StartFailsNamingAnEmptyRepository) {
-  config_.grpc_address = "127.0.0.1:0";
-  config_.metrics_address = "";
-  config_.device = "cpu";
   config_.model_repository = repo_;
   Status s = JagrankServer::Create(config_, &counting_, &server_);
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
@@ -333,6 +330,47 @@ void ServerReloadTest::SwapThreeTimesUnderLoad() {
             static_cast<double>(server_->CurrentModel()->model().Memory().weights_bytes));
 }
 
+// jagrank_padding_saved_bytes_total runs on across a swap: each model counts
+// the padding it saved from its own creation, and the counter adds both.
+// The two versions see the same batches (warm-up, then one batch of four
+// histories of different lengths), so the second model's own count equals
+// the first's and a counter that took the models' counts as one running
+// total would stand still.
+TEST_F(ServerReloadTest, PaddingSavedCounterAddsEveryVersion) {
+  WriteVersion(1, VersionConfig(1));
+  config_.batching.max_batch_requests = 4;
+  config_.batching.max_queue_delay_us = 10 * 1000 * 1000;  // the batch closes on its fourth request
+  StartPrometheus();
+  StartServer(prometheus_.get());
+  const ModelConfig shape = server_test::SmallModelConfig();
+  auto counter = [&] { return metrics_test::Value(Scrape(), "jagrank_padding_saved_bytes_total"); };
+  auto wait_counter = [&](double want) {
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (counter() != want && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(10ms);
+    return counter();
+  };
+  auto one_batch = [&] {
+    std::vector<std::unique_ptr<server_test::PendingCall>> calls;
+    for (int len : {0, 5, 10, 20}) {
+      calls.push_back(server_test::SendRank(stub_.get(), MakeRequest(70 + len, len, 2, shape)));
+    }
+    for (auto& call : calls) {
+      ASSERT_TRUE(call->Wait(30s));
+      ASSERT_TRUE(call->status.ok()) << call->status.error_message();
+    }
+  };
+  one_batch();
+  const double first = static_cast<double>(server_->CurrentModel()->model().Memory().padding_saved_bytes);
+  ASSERT_GT(first, 0);
+  EXPECT_EQ(wait_counter(first), first);
+  WriteVersion(2, VersionConfig(2));
+  ASSERT_TRUE(server_->ReloadModel().ok());
+  one_batch();
+  const double second = static_cast<double>(server_->CurrentModel()->model().Memory().padding_saved_bytes);
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(wait_counter(first + second), first + second);
+}
+
 // A truncated weights file and a config whose shapes do not match the
 // weights are refused by name and counted; the serving version answers
 // throughout and health stays SERVING; a refused version is not tried again
@@ -446,9 +484,6 @@ TEST_F(ServerReloadTest, ContractChangeSwitchesValidationWithTheModel) {
 // version; after a contract change it is answered UNAVAILABLE, never computed.
 TEST_F(ServerReloadTest, QueuedRequestIsComputedOnlyByAVersionOfItsContract) {
   WriteVersion(1, VersionConfig(1));
-  config_.device = "cpu";
-  config_.cpu_threads = 1;
-  config_.warmup_batches = 1;
   config_.model_repository = repo_;
   config_.model_poll_interval_s = 0;
   server_test::CountingMetrics& metrics = counting_;
