@@ -2,7 +2,7 @@
 # Everything a change must pass on the GPU machine, in one go:
 #   bench/gpu_check.sh BUNDLE_DIR [BEFORE_SERVER]
 # BUNDLE_DIR holds env.sh and bin/ with the GPU test binaries, jagrank-server
-# and jagrank-loadgen (../shared-free: made by a device-bundle step), and
+# and jagrank-loadgen (made by a bundling step that copies the binaries and the shared libraries they need), and
 # python/ with the generated Python stubs (build/python). Runs, logging each
 # under $OUT (default ./out/gpu_check):
 #   1. the GPU tests: jagrank_kernels_gpu_test, flash_attention_gpu_test,

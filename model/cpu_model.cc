@@ -9,24 +9,17 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/cpu_thread_pool.h"
-#include "kernels/embedding_bag.h"
-#include "kernels/history_gather.h"
-#include "kernels/interaction.h"
-#include "kernels/linear.h"
-#include "kernels/padded.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/interaction/interaction.h"
+#include "kernels/layout/layout.h"
+#include "kernels/linear/linear.h"
 #include "model/backends.h"
 #include "model/forward.h"
 
 namespace jagrank {
 namespace {
-
-struct Layer {
-  const float* weight;  // [out, in]
-  const float* bias;    // [out]
-  int in, out;
-};
 
 // A grow-only float buffer; reports its size for the workspace peak.
 class Buffer {
@@ -145,7 +138,7 @@ class CpuModel final : public Model, public ForwardSteps<CpuPass> {
     // Interaction): W1 = [W_req | W_cand] up to a column permutation.
     std::vector<int> request_columns, candidate_columns;
     DotInteractionSplitColumns(NumSparse(), d, &request_columns, &candidate_columns);
-    const Layer& first = top_.front();
+    const MlpLayer& first = top_.front();
     top1_request_w_ = GatherColumns(first.weight, first.out, first.in, request_columns);
     top1_candidate_w_ = GatherColumns(first.weight, first.out, first.in, candidate_columns);
     top_rest_.assign(top_.begin() + 1, top_.end());
@@ -202,7 +195,7 @@ class CpuModel final : public Model, public ForwardSteps<CpuPass> {
     }
     return out;
   }
-  Status Mlp(const std::vector<Layer>& layers, bool relu_last, const float* x, int m, float** out);
+  Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out);
   // LinearCpu on the backend's threads (options_.cpu_threads).
   Status RunLinear(LinearParams p) const;
   // y [rows, d] = x [rows, d] Wo^T + residual [rows, d].
@@ -214,10 +207,10 @@ class CpuModel final : public Model, public ForwardSteps<CpuPass> {
   ModelWeights weights_;
   ModelOptions options_;
   std::unique_ptr<AttentionStep<CpuPass>> attention_;
-  std::vector<Layer> bottom_, top_;
+  std::vector<MlpLayer> bottom_, top_;
   std::vector<float> top1_request_w_;    // [top_mlp[0], d + (F+1)F/2]: W1's request columns
   std::vector<float> top1_candidate_w_;  // [top_mlp[0], 2(F+1) + 1]: W1's candidate columns
-  std::vector<Layer> top_rest_;          // top_ after the first layer
+  std::vector<MlpLayer> top_rest_;          // top_ after the first layer
   std::vector<const float*> sparse_tables_;
   const float *item_table_, *position_table_, *wq_, *wk_, *wv_, *wo_;
   std::vector<float> wqkv_;
@@ -239,21 +232,12 @@ Status CpuModel::RunLinear(LinearParams p) const {
 
 // Runs the layers; ReLU after each one, the last only if relu_last.
 // *out points into mlp_a_ or mlp_b_.
-Status CpuModel::Mlp(const std::vector<Layer>& layers, bool relu_last, const float* x, int m, float** out) {
+Status CpuModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out) {
   const float* in = x;
   float* y = nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
     y = (i % 2 == 0 ? mlp_a_ : mlp_b_).Get(size_t(m) * layers[i].out);
-    LinearParams p = {};
-    p.x = in;
-    p.weight = layers[i].weight;
-    p.maybe_bias = layers[i].bias;
-    p.relu = relu_last || i + 1 < layers.size();
-    p.m = m;
-    p.n = layers[i].out;
-    p.k = layers[i].in;
-    p.y = y;
-    RETURN_IF_ERROR(RunLinear(p));
+    RETURN_IF_ERROR(RunLinear(MlpLayerParams(layers[i], relu_last || i + 1 < layers.size(), in, m, y)));
     in = y;
   }
   *out = y;
@@ -411,7 +395,7 @@ Status CpuModel::NoHistory(CpuPass* pass) {
 // among x and the pooled features) is the same for all of a request's
 // candidates; r_cand (the pairs that involve u_c or e_c) is per candidate.
 Status CpuModel::Interaction(CpuPass* pass) {
-  const Layer& first = top_.front();
+  const MlpLayer& first = top_.front();
   const int request_width = static_cast<int>(top1_request_w_.size() / first.out);
   const int candidate_width = static_cast<int>(top1_candidate_w_.size() / first.out);
   pass->request_part = request_part_.Get(size_t(pass->num_requests) * request_width);
@@ -438,7 +422,7 @@ Status CpuModel::Interaction(CpuPass* pass) {
 Status CpuModel::TopMlp(CpuPass* pass) {
   const int R = pass->num_requests;
   const int C = pass->num_candidates;
-  const Layer& first = top_.front();
+  const MlpLayer& first = top_.front();
   const int request_width = static_cast<int>(top1_request_w_.size() / first.out);
   const int candidate_width = static_cast<int>(top1_candidate_w_.size() / first.out);
   float* request_top1 = request_top1_.Get(size_t(R) * first.out);  // a [R, out]

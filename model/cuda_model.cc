@@ -27,20 +27,12 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/flash/flash_attention.h"
 #include "model/backends.h"
-#include "model/cuda_elementwise.h"
 #include "model/cuda_resources.h"
 #include "model/forward.h"
 
 namespace jagrank {
 namespace {
-
-struct DeviceLayer {
-  const float* weight;  // [out, in]
-  const float* bias;    // [out]
-  int in, out;
-};
 
 bool FlashSupportsHeadDim(int head_dim) {
   for (int d : kFlashSupportedHeadDims) {
@@ -225,12 +217,15 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   void FreeBatchWorkspace();
   Status PackAndCopy(const Batch& batch, StageSlot* slot);
   Status RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings);
-  Status Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out);
+  Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out);
   Status Linear(const float* x, const float* w, int m, int n, int k, float* y);
   // LinearCuda on stream_ with the model's cuBLASLt workspace.
   Status RunLinear(LinearParams p);
   // Pads h [T, d] to [R, N, d] (zeros past each length).
   Status PadHistory(const CudaPass& pass, float** out);
+  // Target attention's operands in the attention dtype: e [C, d], z as laid
+  // out by the strategy, and room for u [C, d].
+  Status TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn, void** u_attn);
   // z [rows, d] = o Wo^T + tokens, o in the attention dtype.
   Status ProjectOutAndAdd(const void* o_attn, const float* tokens, int64_t rows, CudaPass* pass);
 
@@ -252,7 +247,7 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   CudaStream stream_;       // compute stream (Run)
   CudaStream copy_stream_;  // H2D copies of staged batches (Stage)
   int64_t weights_bytes_ = 0;
-  std::vector<DeviceLayer> bottom_, top_;
+  std::vector<MlpLayer> bottom_, top_;
   std::vector<const void*> sparse_tables_;
   const void* item_table_ = nullptr;
   const void* position_table_ = nullptr;
@@ -319,7 +314,7 @@ Status CudaModel::Init(const ModelWeights& w) {
   int in = config_.num_dense_features;
   for (size_t i = 0; i < config_.bottom_mlp.size(); ++i) {
     const std::string p = "bottom_mlp." + std::to_string(i);
-    DeviceLayer layer = {nullptr, nullptr, in, config_.bottom_mlp[i]};
+    MlpLayer layer = {nullptr, nullptr, in, config_.bottom_mlp[i]};
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
     bottom_.push_back(layer);
@@ -328,7 +323,7 @@ Status CudaModel::Init(const ModelWeights& w) {
   in = config_.top_mlp_input_width();
   for (size_t i = 0; i < config_.top_mlp.size(); ++i) {
     const std::string p = "top_mlp." + std::to_string(i);
-    DeviceLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
+    MlpLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
     top_.push_back(layer);
@@ -423,21 +418,12 @@ Status CudaModel::RunLinear(LinearParams p) {
   return LinearCuda(p, stream_.get(), tf32_);
 }
 
-Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out) {
+Status CudaModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out) {
   const float* in = x;
   float* y = nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
     RETURN_IF_ERROR(Alloc(size_t(m) * layers[i].out, &y));
-    LinearParams p = {};
-    p.x = in;
-    p.weight = layers[i].weight;
-    p.maybe_bias = layers[i].bias;
-    p.relu = relu_last || i + 1 < layers.size();
-    p.m = m;
-    p.n = layers[i].out;
-    p.k = layers[i].in;
-    p.y = y;
-    RETURN_IF_ERROR(RunLinear(p));
+    RETURN_IF_ERROR(RunLinear(MlpLayerParams(layers[i], relu_last || i + 1 < layers.size(), in, m, y)));
     in = y;
   }
   *out = y;
@@ -700,6 +686,14 @@ Status CudaModel::PadHistory(const CudaPass& pass, float** out) {
   return JaggedToPaddedCuda(p, stream_.get());
 }
 
+Status CudaModel::TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn,
+                                 void** u_attn) {
+  const int64_t count = int64_t{pass.num_candidates} * config_.embedding_dim;
+  RETURN_IF_ERROR(ToAttn(pass.e, count, e_attn));
+  RETURN_IF_ERROR(ToAttn(pass.z, pass.z_rows * config_.embedding_dim, z_attn));
+  return AllocAttn(count, u_attn);
+}
+
 Status CudaModel::ProjectOutAndAdd(const void* o_attn, const float* tokens, int64_t rows, CudaPass* pass) {
   const int d = config_.embedding_dim;
   float* o = nullptr;
@@ -765,10 +759,8 @@ Status CudaFlash::TargetAttention(CudaPass* pass) {
   const int d = m.config_.embedding_dim;
   const void* e_attn = nullptr;
   const void* z_attn = nullptr;
-  RETURN_IF_ERROR(m.ToAttn(pass->e, int64_t{C} * d, &e_attn));
-  RETURN_IF_ERROR(m.ToAttn(pass->z, pass->z_rows * d, &z_attn));
   void* u_attn = nullptr;
-  RETURN_IF_ERROR(m.AllocAttn(int64_t{C} * d, &u_attn));
+  RETURN_IF_ERROR(m.TargetOperands(*pass, &e_attn, &z_attn, &u_attn));
   AttentionParams p = {};
   p.q = e_attn;
   p.k = z_attn;
@@ -836,10 +828,8 @@ Status CudaPaddedDense::TargetAttention(CudaPass* pass) {
   const int d = m.config_.embedding_dim;
   const void* e_attn = nullptr;
   const void* z_attn = nullptr;
-  RETURN_IF_ERROR(m.ToAttn(pass->e, int64_t{C} * d, &e_attn));
-  RETURN_IF_ERROR(m.ToAttn(pass->z, pass->z_rows * d, &z_attn));
   void* u_attn = nullptr;
-  RETURN_IF_ERROR(m.AllocAttn(int64_t{C} * d, &u_attn));
+  RETURN_IF_ERROR(m.TargetOperands(*pass, &e_attn, &z_attn, &u_attn));
   void* ep = nullptr;
   void* up = nullptr;
   RETURN_IF_ERROR(m.AllocAttn(int64_t{R} * Cmax * d, &ep));

@@ -11,9 +11,32 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "kernels/linear/linear_params.h"
 #include "model/model.h"
 
 namespace jagrank {
+
+// One MLP layer of the weights: y = x W^T + b.
+struct MlpLayer {
+  const float* weight;  // [out, in]
+  const float* bias;    // [out]
+  int in, out;
+};
+
+// The LinearParams of `layer` over x [m, in] into y [m, out], with or
+// without the ReLU; the backend adds its threads or workspace.
+inline LinearParams MlpLayerParams(const MlpLayer& layer, bool relu, const float* x, int m, float* y) {
+  LinearParams p = {};
+  p.x = x;
+  p.weight = layer.weight;
+  p.maybe_bias = layer.bias;
+  p.relu = relu;
+  p.m = m;
+  p.n = layer.out;
+  p.k = layer.in;
+  p.y = y;
+  return p;
+}
 
 // A strategy's two attention steps on one backend, and its batch cost.
 template <typename Pass>

@@ -1,4 +1,4 @@
-// Model: the DLRM-style ranking model of DESIGN.md on one backend.
+// Model: the DLRM-style ranking model of docs/model.md on one backend.
 //
 //   std::unique_ptr<Model> model;
 //   RETURN_IF_ERROR(Model::Create(config, weights, options, &model));

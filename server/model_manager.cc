@@ -99,8 +99,7 @@ bool SameRequestContract(const ModelConfig& a, const ModelConfig& b, std::string
   return what.empty();
 }
 
-Status WarmUpModel(Model* model, int batches) {
-  if (batches <= 0) return Status::Ok();
+Status WarmUpModel(Model* model) {
   const std::vector<RankInput> requests = WarmupRequests(model->config());
   std::vector<const RankInput*> pointers;
   for (const RankInput& r : requests) pointers.push_back(&r);
@@ -109,9 +108,7 @@ Status WarmUpModel(Model* model, int batches) {
   std::vector<float> scores;
   // Through every staging slot the executor uses, so that none of them
   // allocates its pinned and device buffers under live traffic.
-  batches = std::max(batches, Model::kStageSlots);
-  for (int i = 0; i < batches; ++i) {
-    const int slot = i % Model::kStageSlots;
+  for (int slot = 0; slot < Model::kStageSlots; ++slot) {
     ForwardTimings timings;
     Status s = model->Stage(batch, slot);
     if (s.ok()) s = model->Run(slot, &scores, &timings);
@@ -129,12 +126,20 @@ std::vector<std::string> ExecutorDevices(const ServerConfig& config) {
   return devices;
 }
 
-Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const ServerConfig& config,
-                  const std::string& device, std::unique_ptr<Model>* out) {
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out) {
   ModelOptions options;
   options.device = device;
   options.cpu_threads = config.cpu_threads;
+  options.cuda_bf16 = config.precision != "fp32";  // auto and bf16
   RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  *out = options;
+  return Status::Ok();
+}
+
+Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const ServerConfig& config,
+                  const std::string& device, std::unique_ptr<Model>* out) {
+  ModelOptions options;
+  RETURN_IF_ERROR(MakeModelOptions(config, device, &options));
   return Model::Create(model_config, std::move(weights), options, out);
 }
 
@@ -148,7 +153,7 @@ Status ModelManager::CreateFixed(const ServerConfig& config, std::vector<std::un
   if (instances.empty()) return Status::InvalidArgument("ModelManager::CreateFixed: no model instance");
   std::vector<std::string> devices;
   for (const auto& model : instances) {
-    RETURN_IF_ERROR(WarmUpModel(model.get(), config.warmup_batches));
+    RETURN_IF_ERROR(WarmUpModel(model.get()));
     devices.push_back(model->device());
   }
   std::unique_ptr<ModelManager> manager(new ModelManager(config, metrics, std::move(devices)));
@@ -221,7 +226,7 @@ Status ModelManager::LoadVersion(const RepositoryVersion& v, std::shared_ptr<Ser
     std::unique_ptr<Model> model;
     if (s.ok()) s = BuildModel(model_config, std::move(weights), config_, devices_[i], &model);
     if (s.ok() && i == 0) metrics_->SetModelsLoaded(live_models() + 1);
-    if (s.ok()) s = WarmUpModel(model.get(), config_.warmup_batches);
+    if (s.ok()) s = WarmUpModel(model.get());
     if (s.ok()) instances.push_back(std::move(model));
   }
   const double seconds = SecondsSince(start);

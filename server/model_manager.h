@@ -96,25 +96,30 @@ struct ServedModel {
 // lists what differs, e.g. "num_dense_features 4 -> 5".
 bool SameRequestContract(const ModelConfig& a, const ModelConfig& b, std::string* changes);
 
-// Runs `batches` forward passes (at least one per staging slot when > 0) on
-// requests of every history shape (empty, short, full), so first-touch
+// One forward pass through every staging slot the executor uses, on
+// requests of every history shape (empty, short, full), so that first-touch
 // allocations, workspace pools and kernel loading happen before traffic.
-Status WarmUpModel(Model* model, int batches);
+Status WarmUpModel(Model* model);
 
 // The device of each executor, in order: every entry of config.device's
 // list ("auto" resolved: the GPU when this build has CUDA and one is usable,
 // the CPU otherwise), instances_per_device times in a row.
 std::vector<std::string> ExecutorDevices(const ServerConfig& config);
 
-// Builds a model on `device` with the server's options (attention,
-// cpu_threads); empty `weights` = the random model of the config.
+// The ModelOptions a model is built with on `device` (resolved: cpu, cuda or
+// cuda:N): threads, attention strategy, and precision's CUDA numerics
+// (fp32 -> cuda_bf16 false; bf16 and auto -> true).
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out);
+
+// Builds a model on `device` with MakeModelOptions; empty `weights` = the
+// random model of the config.
 Status BuildModel(const ModelConfig& model_config, ModelWeights weights, const ServerConfig& config,
                   const std::string& device, std::unique_ptr<Model>* out);
 
 class ModelManager {
  public:
   // A fixed model, one instance per executor (of one config and weights),
-  // warmed up here (config.warmup_batches). `config` and `metrics` must
+  // warmed up here (WarmUpModel). `config` and `metrics` must
   // outlive the manager.
   static Status CreateFixed(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
                             ServerMetrics* metrics, std::unique_ptr<ModelManager>* out);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/socket_address.h"
 #include "model/weights.h"
 #include "common/process.h"
 
@@ -87,6 +88,9 @@ Status JagrankServer::Start() {
   service_ = std::make_unique<RankerService>(config_, metrics_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC reports a taken port only in its own log, as "No address added":
+  // say it in plain words before trying.
+  RETURN_IF_ERROR(CheckAddressFree("grpc_address", config_.grpc_address));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
@@ -102,6 +106,11 @@ Status JagrankServer::Start() {
   std::vector<GrpcChannelArg> extra_args;  // also checked by ValidateServerConfig in Create
   RETURN_IF_ERROR(ParseGrpcChannelArgs(config_.grpc_channel_args, ServerReservedGrpcChannelArgs(),
                                        "server config grpc_channel_args", &extra_args));
+  for (const GrpcDefaultChannelArg& arg : ServerDefaultGrpcChannelArgs()) {
+    const bool overridden = std::any_of(extra_args.begin(), extra_args.end(),
+                                        [&arg](const GrpcChannelArg& extra) { return extra.name == arg.name; });
+    if (!overridden) builder.AddChannelArgument(arg.name, arg.value);
+  }
   for (const GrpcChannelArg& arg : extra_args) {
     if (arg.is_int) {
       builder.AddChannelArgument(arg.name, arg.int_value);
@@ -110,14 +119,9 @@ Status JagrankServer::Start() {
     }
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             static_cast<int>(config_.keepalive_min_client_ping_interval_ms));
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
-    return Status::Unavailable("cannot listen on grpc_address '" + config_.grpc_address + "'");
+    return Status::Unavailable("grpc_address '" + config_.grpc_address + "': cannot listen (gRPC's log says why)");
   }
   service_->StartPolling();
   SetHealth(false);
@@ -168,6 +172,14 @@ Status JagrankServer::Drain() {
   if (drained_) return drain_status_;
   drained_ = true;
   if (grpc_server_ == nullptr) return drain_status_;
+  if (batcher_ == nullptr) {
+    // The start failed before Ready: no request was accepted, nothing to
+    // drain or to log.
+    grpc_server_->Shutdown(std::chrono::system_clock::now());
+    service_->StopPolling();
+    grpc_server_->Wait();
+    return drain_status_;
+  }
   const Clock::time_point start = Clock::now();
   const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
   SetHealth(false);

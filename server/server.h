@@ -36,15 +36,11 @@ inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
 // config.model_repository (ModelManager::CreateFromRepository loads those).
 Status LoadModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>>* out);
 
-// config/server.yaml as it was at build time (the default of --config).
-// The embedded model config is model/config.h's DefaultModelConfig().
-const char* EmbeddedServerYaml();
-
 class JagrankServer {
  public:
   // Starts listening on config.grpc_address with health NOT_SERVING, loads
   // the model (config.model_repository's highest complete version, or
-  // LoadModel), warms it up, then reports SERVING; a repository is watched
+  // LoadModels), warms it up, then reports SERVING; a repository is watched
   // from then on (server/model_manager.h). `metrics` must outlive the server.
   static Status Create(const ServerConfig& config, ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out);
   // The same with a fixed model built by the caller (tests wrap the real

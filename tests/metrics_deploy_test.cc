@@ -73,7 +73,7 @@ TEST(DeployTest, DashboardQueriesOnlyMetricsTheServerExports) {
   for (const std::string& e : exprs) {
     for (const std::string& name : metrics_test::MetricNamesIn(e)) used.insert(name);
   }
-  // DESIGN.md's QPS definition is on the dashboard as written.
+  // docs/metrics.md's QPS definition is on the dashboard as written.
   bool has_qps = false;
   for (const std::string& e : exprs) has_qps |= e.find("rate(jagrank_requests_total") != std::string::npos;
   EXPECT_TRUE(has_qps);

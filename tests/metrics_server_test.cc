@@ -491,7 +491,7 @@ TEST_F(ServerFixture, RealPrometheusScrapesMatchingCountsAndPositiveRate) {
       std::chrono::seconds(20));
   EXPECT_TRUE(caught_up) << "Prometheus has " << scraped << ", sent " << sent.ok;
   EXPECT_EQ(ScalarResult(PrometheusQuery(prom_port, "sum(jagrank_candidates_total)")), sent.candidates);
-  // DESIGN.md's QPS expression is positive after traffic.
+  // docs/metrics.md's QPS expression is positive after traffic.
   const double qps = ScalarResult(PrometheusQuery(prom_port, "sum(rate(jagrank_requests_total[1m]))"));
   EXPECT_GT(qps, 0);
   // The recording rules of deploy/jagrank-rules.yml evaluate on real data.

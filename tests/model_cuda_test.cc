@@ -1,5 +1,5 @@
 // CUDA backend against the CPU backend (float32, itself checked against the
-// DESIGN.md math in model_forward_test): scores within 1e-2 with bf16
+// docs/model.md math in model_forward_test): scores within 1e-2 with bf16
 // tables/attention, 1e-4 in float32 mode, for all three attention strategies.
 // Skips without a CUDA device.
 #include <gtest/gtest.h>

@@ -1,6 +1,19 @@
 # Python tests (label `python`): the PyTorch twin (python/jagrank) against the
 # real jagrank-server on the CPU backend over a unix socket, the export
 # command, weight files and the gRPC client. Included by tests/CMakeLists.txt.
+# bench/model_vs_torch.py in its quick CPU mode (a tiny model): its fast twin
+# (stacked tables, one embedding_bag, fused QKV, varlen attention API, gather +
+# bmm interaction) must compute the twin's function; exit 1 on a mismatch.
+if(JAGRANK_PYTHON)
+  add_test(NAME python_model_vs_torch_quick_test
+           COMMAND ${JAGRANK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/model_vs_torch.py --device cpu --parts twin --quick
+                   --compile-modes "" --duration-s 0.2
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(python_model_vs_torch_quick_test PROPERTIES
+    LABELS python
+    TIMEOUT 120
+    ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+endif()
 if(NOT JAGRANK_PYTHON_STUBS)
   return()  # python/CMakeLists.txt warned: no grpc_tools, no stubs
 endif()

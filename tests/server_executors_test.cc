@@ -31,7 +31,6 @@ ServerConfig TestConfig() {
   c.metrics_address = "";
   c.device = "cpu";
   c.cpu_threads = 1;
-  c.warmup_batches = 1;
   c.drain_linger_ms = 0;
   c.batching.max_queue_delay_us = 0;
   c.batching.max_batch_requests = 2;
@@ -172,8 +171,8 @@ TEST(ServerExecutorsTest, ConfigChecksTheDeviceListAndInstances) {
   EXPECT_TRUE(ValidateServerConfig(c).ok());
   c.instances_per_device = 0;
   s = ValidateServerConfig(c);
-  EXPECT_NE(s.message().find("instances_per_device = 0"), std::string::npos) << s.message();
-  c.instances_per_device = kMaxInstancesPerDevice + 1;
+  EXPECT_NE(s.message().find("'instances_per_device' = '0'"), std::string::npos) << s.message();
+  c.instances_per_device = 17;  // the limit is 16
   EXPECT_FALSE(ValidateServerConfig(c).ok());
   ServerConfig parsed;
   ASSERT_TRUE(ParseServerConfig("device: cpu,cpu\ninstances_per_device: 3\n", &parsed).ok());

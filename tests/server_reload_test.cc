@@ -55,7 +55,6 @@ class ServerReloadTest : public ::testing::Test {
     config_.metrics_address = "";
     config_.device = "cpu";
     config_.cpu_threads = 1;
-    config_.warmup_batches = 1;
     config_.drain_linger_ms = 0;
     config_.batching.max_queue_delay_us = 500;
   }

@@ -101,6 +101,23 @@ def edge_requests(config: ModelConfig, count: int = 60, seed: int = 1) -> list:
     return requests
 
 
+def model_files(prefix: str, weights: bool = True):
+    """A temporary directory with the small config as model.yaml and, when
+    `weights`, the spread model's model.safetensors. Returns (tmp, config,
+    model, yaml_path, weights_path); keep `tmp` alive while the files are used."""
+    server_binary()
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    config = small_config()
+    model = spread_model(config)
+    yaml_path = os.path.join(tmp.name, "model.yaml")
+    weights_path = os.path.join(tmp.name, "model.safetensors")
+    with open(yaml_path, "w") as f:
+        f.write(config.to_yaml())
+    if weights:
+        model.save_safetensors(weights_path)
+    return tmp, config, model, yaml_path, weights_path
+
+
 class Server:
     """jagrank-server on a unix socket (CPU backend unless `device` says
     otherwise), until stop()."""

@@ -18,15 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        harness.server_binary()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="jagrank_client_")
-        cls.config = harness.small_config()
-        cls.model = harness.spread_model(cls.config)
-        cls.yaml = os.path.join(cls.tmp.name, "model.yaml")
-        cls.weights = os.path.join(cls.tmp.name, "model.safetensors")
-        with open(cls.yaml, "w") as f:
-            f.write(cls.config.to_yaml())
-        cls.model.save_safetensors(cls.weights)
+        cls.tmp, cls.config, cls.model, cls.yaml, cls.weights = harness.model_files("jagrank_client_")
         cls.server = harness.Server(cls.yaml, cls.weights)
         cls.request = {"dense": [0.5, -1.0, 0.25, 2.0, 0.0], "sparse": {"country": [3], "segments": [1, 2, 3]},
                        "history": [11, 12, -13, 14], "candidates": [101, 102, -103, 104]}

@@ -15,15 +15,7 @@ import harness
 class TwinVsServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        harness.server_binary()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="jagrank_twin_")
-        cls.config = harness.small_config()
-        cls.model = harness.spread_model(cls.config)
-        cls.yaml = os.path.join(cls.tmp.name, "model.yaml")
-        cls.weights = os.path.join(cls.tmp.name, "model.safetensors")
-        with open(cls.yaml, "w") as f:
-            f.write(cls.config.to_yaml())
-        cls.model.save_safetensors(cls.weights)
+        cls.tmp, cls.config, cls.model, cls.yaml, cls.weights = harness.model_files("jagrank_twin_")
         cls.requests = harness.edge_requests(cls.config, count=60)
         cls.twin32 = cls.model.rank(cls.requests)
         cls.twin64 = harness.spread_model(cls.config).double().rank(cls.requests)

@@ -18,13 +18,7 @@ from jagrank.model import JagRankModel
 class WeightsFilesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        harness.server_binary()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="jagrank_files_")
-        cls.config = harness.small_config()
-        cls.model = harness.spread_model(cls.config)
-        cls.yaml = os.path.join(cls.tmp.name, "model.yaml")
-        with open(cls.yaml, "w") as f:
-            f.write(cls.config.to_yaml())
+        cls.tmp, cls.config, cls.model, cls.yaml, _ = harness.model_files("jagrank_files_", weights=False)
         cls.requests = harness.edge_requests(cls.config, count=50, seed=9)
 
     @classmethod
