@@ -1,6 +1,9 @@
 #include "server/ranker_service.h"
 
+#include <google/protobuf/arena.h>
+#include <grpc/support/time.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/async_unary_call.h>
 #include <pthread.h>
 
@@ -16,14 +19,22 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// A deadline further away than this counts as none (gRPC caps grpc-timeout
+// at 99999999 hours; such a deadline is past what the clocks represent).
+constexpr int64_t kNoDeadlineBeyondSeconds = int64_t{100} * 365 * 24 * 3600;
+
 // The call's deadline on the steady clock (max when the client set none).
+// Read from gRPC's own timespec and saturated, not through
+// ServerContext::deadline(): that converts to system_clock nanoseconds and
+// overflows (signed, undefined) for a grpc-timeout of 2562048H or more, which
+// then read as a deadline long past.
 Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
-  const auto deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
-    return Clock::time_point::max();
-  }
-  const auto left = deadline - std::chrono::system_clock::now();
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+  const gpr_timespec deadline = context.raw_deadline();
+  if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) == 0) return Clock::time_point::max();
+  const gpr_timespec left = gpr_time_sub(deadline, gpr_now(deadline.clock_type));
+  if (left.tv_sec >= kNoDeadlineBeyondSeconds) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(left.tv_sec) +
+                                                                    std::chrono::nanoseconds(left.tv_nsec));
 }
 
 }  // namespace
@@ -33,8 +44,8 @@ Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
 // queue's polling thread touches `finished` and `done`. Freed by that thread
 // once both the finish and the done notification have come back (or at once
 // when the request failed because the server shut down: then the call never
-// started and no other event comes). The request proto is read once, by
-// Handle, which converts it into the QueuedRequest's RankInput.
+// started and no other event comes). The request bytes are parsed once, by
+// Handle, which converts the RankRequest into the QueuedRequest's RankInput.
 class RankerService::RankCall {
  public:
   enum class Event { kRequested, kFinished, kDone };
@@ -44,6 +55,12 @@ class RankerService::RankCall {
   };
 
   explicit RankCall(Queue* queue) : queue(queue) { context.AsyncNotifyWhenDone(&done_tag); }
+
+  // Notes the reply's start (Finish or FinishWithError is called next).
+  void StartReply() {
+    reply_started = Clock::now();
+    queue->replies_pending->fetch_add(1, std::memory_order_relaxed);
+  }
 
   // The last event (of finish and done) frees the call.
   void OnFinished() {
@@ -55,11 +72,22 @@ class RankerService::RankCall {
     if (finished) delete this;
   }
 
+  // The request id for the answer's status ("" until the request parsed).
+  const std::string& request_id() const {
+    static const std::string kNone;
+    return request == nullptr ? kNone : request->request_id();
+  }
+
   Queue* const queue;
   grpc::ServerContext context;
-  v1::RankRequest request;
-  v1::RankResponse response;
-  grpc::ServerAsyncResponseWriter<v1::RankResponse> responder{&context};
+  grpc::ByteBuffer request_bytes;  // as received; consumed by the parse
+  // Holds the parsed request and the response: one arena per call, so a
+  // request's many repeated fields cost a few block allocations, not one
+  // each. Blocks are allocated on the first message only.
+  google::protobuf::Arena arena;
+  v1::RankRequest* request = nullptr;  // on `arena`, once parsed
+  grpc::ByteBuffer response_bytes;     // the serialised RankResponse
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder{&context};
   Clock::time_point arrival;
   Clock::time_point reply_started;  // when Finish or FinishWithError was called
   Tag requested_tag{this, Event::kRequested};
@@ -83,6 +111,7 @@ void RankerService::AddCompletionQueues(grpc::ServerBuilder* builder) {
   for (int i = CompletionQueueCount(); i > 0; --i) {
     auto queue = std::make_unique<Queue>();
     queue->cq = builder->AddCompletionQueue();
+    queue->replies_pending = &replies_pending_;
     queues_.push_back(std::move(queue));
   }
 }
@@ -121,7 +150,8 @@ void RankerService::RequestCall(Queue* queue) {
   std::lock_guard<std::mutex> lock(queue->mu);
   if (queue->shut_down) return;
   RankCall* raw = call.release();  // owned by its events from here on
-  RequestRank(&raw->context, &raw->request, &raw->responder, queue->cq.get(), queue->cq.get(), &raw->requested_tag);
+  RequestRank(&raw->context, &raw->request_bytes, &raw->responder, queue->cq.get(), queue->cq.get(),
+              &raw->requested_tag);
 }
 
 void RankerService::Poll(Queue* queue) {
@@ -141,6 +171,7 @@ void RankerService::Poll(Queue* queue) {
         break;
       case RankCall::Event::kFinished:
         metrics_->OnResponseSent(SecondsSince(call->reply_started));
+        replies_pending_.fetch_sub(1, std::memory_order_release);
         call->OnFinished();
         break;
       case RankCall::Event::kDone:
@@ -148,6 +179,15 @@ void RankerService::Poll(Queue* queue) {
         break;
     }
   }
+}
+
+bool RankerService::WaitRepliesSent(Clock::time_point give_up) const {
+  // Drain only: a short poll keeps the reply path free of any notification.
+  while (replies_pending_.load(std::memory_order_acquire) > 0) {
+    if (Clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 void RankerService::SetReady(const Model* model, Batcher* batcher) {
@@ -162,6 +202,15 @@ void RankerService::SetReady(const Model* model, Batcher* batcher) {
 
 void RankerService::SetDraining() { state_.store(kDraining, std::memory_order_release); }
 
+Status RankerService::RefuseUnlessServing(int state, Clock::time_point arrival) {
+  if (state == kServing) return Status::Ok();
+  const bool loading = state == kLoading;
+  const Status status = Status::Unavailable(loading ? "model is still loading" : "server is shutting down");
+  metrics_->OnRejected(loading ? "not_ready" : "shutting_down");
+  metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
+  return status;
+}
+
 Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   const Clock::time_point arrival = queued->arrival;
   auto reject = [&](const Status& status, const char* reason) {
@@ -169,9 +218,7 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
     metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
     return status;
   };
-  const int state = state_.load(std::memory_order_acquire);
-  if (state == kLoading) return reject(Status::Unavailable("model is still loading"), "not_ready");
-  if (state == kDraining) return reject(Status::Unavailable("server is shutting down"), "shutting_down");
+  RETURN_IF_ERROR(RefuseUnlessServing(state_.load(std::memory_order_acquire), arrival));
 
   const int64_t kept = static_cast<int64_t>(queued->input.history.size());  // truncated at the door
   queued->candidates = static_cast<int64_t>(queued->input.candidates.size());
@@ -194,36 +241,70 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   return Status::Ok();
 }
 
+Status RankerService::ParseRequest(RankCall* call) {
+  const size_t bytes = call->request_bytes.Length();
+  call->request = google::protobuf::Arena::CreateMessage<v1::RankRequest>(&call->arena);
+  if (!grpc::SerializationTraits<v1::RankRequest>::Deserialize(&call->request_bytes, call->request).ok()) {
+    call->request->Clear();  // a partial parse may hold a bogus request_id
+    return Status::InvalidArgument("request message (" + std::to_string(bytes) +
+                                   " bytes) does not parse as a jagrank.v1.RankRequest");
+  }
+  // The exact size is known here (gRPC's receive cap bounded the parse).
+  if (bytes > static_cast<size_t>(config_.max_request_bytes)) {
+    return Status::InvalidArgument("request message is " + std::to_string(bytes) +
+                                   " bytes: exceeds max_request_bytes = " + std::to_string(config_.max_request_bytes));
+  }
+  return Status::Ok();
+}
+
 void RankerService::Handle(RankCall* call) {
   auto queued = std::make_unique<QueuedRequest>();
   queued->arrival = Clock::now();
   queued->deadline = SteadyDeadline(call->context);
-  Status admitted;
-  if (state_.load(std::memory_order_acquire) == kServing) {
-    // The protobuf stops here: converted and validated into a RankInput.
-    admitted = converter_->Convert(call->request, &queued->input);
-    if (!admitted.ok()) {
-      metrics_->OnRejected("invalid_argument");
-      metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
-    }
+  // The protobuf stops here: parsed (also while loading or draining, so that
+  // the refusal names the request), then converted and validated into a
+  // RankInput.
+  Status admitted = ParseRequest(call);
+  const int state = state_.load(std::memory_order_acquire);
+  if (admitted.ok() && state == kServing) admitted = converter_->Convert(*call->request, &queued->input);
+  if (!admitted.ok()) {
+    metrics_->OnRejected("invalid_argument");
+    metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
+  } else {
+    // Not converted unless serving: refused here, whatever the state is now.
+    admitted = RefuseUnlessServing(state, queued->arrival);
   }
   if (admitted.ok()) {
-    queued->request_id = call->request.request_id();
+    queued->request_id = call->request_id();
     // True only once the done notification has come back (the async API's
     // IsCancelled), which is when a cancelled call can be told apart.
     queued->is_cancelled = [call] { return call->context.IsCancelled(); };
     // Runs on an executor thread; the call may be freed as soon as Finish is
     // started, so nothing touches it after.
     queued->finish = [call](const Status& status, const float* scores, int64_t count, const std::string& version) {
-      if (status.ok()) FillRankResponse(call->request.request_id(), version, scores, count, &call->response);
-      call->reply_started = Clock::now();
-      call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
+      if (status.ok()) {
+        auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
+        FillRankResponse(call->request_id(), version, scores, count, response);
+        bool own_buffer = false;
+        const grpc::Status serialized =
+            grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
+        if (!serialized.ok()) {
+          call->StartReply();
+          call->responder.FinishWithError(
+              ToGrpcStatus(Status::Internal("cannot serialise the response: " + serialized.error_message()),
+                           call->request_id()),
+              &call->finished_tag);
+          return;
+        }
+      }
+      call->StartReply();
+      call->responder.Finish(call->response_bytes, ToGrpcStatus(status, call->request_id()), &call->finished_tag);
     };
     admitted = Admit(std::move(queued));
   }
   if (!admitted.ok()) {
-    call->reply_started = Clock::now();
-    call->responder.FinishWithError(ToGrpcStatus(admitted, call->request.request_id()), &call->finished_tag);
+    call->StartReply();
+    call->responder.FinishWithError(ToGrpcStatus(admitted, call->request_id()), &call->finished_tag);
   }
 }
 

@@ -31,8 +31,13 @@
 
 namespace jagrank {
 
+// Rank is registered raw (its request and reply are ByteBuffers): the handler
+// parses the request itself, onto a per-call protobuf arena, so that bytes
+// that are not a RankRequest get INVALID_ARGUMENT naming the problem (with a
+// typed method gRPC answers INTERNAL "Unable to parse request" and the
+// handler never sees the call).
 class RankerService final
-    : public v1::Ranker::WithAsyncMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
+    : public v1::Ranker::WithRawMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
  public:
   // Starts in the loading state: every call answers UNAVAILABLE until
   // SetReady. `config` and `metrics` must outlive the service.
@@ -61,6 +66,10 @@ class RankerService final
 
   // Accepted calls not yet finished.
   int64_t inflight() const { return inflight_.load(); }
+  // Waits until every Rank reply handed to gRPC (answers and refusals) is
+  // reported sent, or until `give_up`; false when some are still pending.
+  // Thread-safe.
+  bool WaitRepliesSent(Clock::time_point give_up) const;
   // SetReady ran and SetDraining did not: what health reports as SERVING.
   bool serving() const { return state_.load(std::memory_order_acquire) == kServing; }
   // SetReady ran (the model is there, draining or not).
@@ -99,12 +108,19 @@ class RankerService final
     std::thread poller;
     std::mutex mu;              // held while requesting a call on `cq`
     bool shut_down = false;     // guarded by mu; no more requests on `cq`
+    std::atomic<int64_t>* replies_pending = nullptr;  // the service's replies_pending_
   };
 
   // Requests one new Rank call on `queue` unless it is shut down.
   void RequestCall(Queue* queue);
   void Poll(Queue* queue);
-  // A new call on a completion queue: Admit, or answer at once.
+  // OK in kServing; otherwise UNAVAILABLE, counted (rejection "not_ready" or
+  // "shutting_down").
+  Status RefuseUnlessServing(int state, Clock::time_point arrival);
+  // Parses the call's request bytes onto its arena: INVALID_ARGUMENT when
+  // they exceed max_request_bytes or are not a RankRequest.
+  Status ParseRequest(RankCall* call);
+  // A new call on a completion queue: parse, convert, Admit, or answer at once.
   void Handle(RankCall* call);
 
   const ServerConfig& config_;
@@ -114,6 +130,7 @@ class RankerService final
   std::unique_ptr<RankRequestConverter> converter_;  // set once before state_ becomes kServing
   std::atomic<int> state_{kLoading};
   std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> replies_pending_{0};  // Finish/FinishWithError called, finish event not back yet
   std::vector<std::unique_ptr<Queue>> queues_;
   bool stopped_ = false;  // StopPolling ran; touched by the owner's thread only
 };

@@ -46,6 +46,11 @@ std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
   return requests;
 }
 
+// How long the listener's shutdown waits for the calls still open once every
+// Rank reply is sent (refusals of calls that raced it; streams a client holds
+// open) before cancelling them.
+constexpr std::chrono::milliseconds kShutdownGrace{100};
+
 }  // namespace
 
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
@@ -211,7 +216,14 @@ Status JagrankServer::Drain() {
   // rather than a transport-level cancel when the listener closes.
   spdlog::debug("drain: accepted work done after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
-  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Every Rank answer is written before the listener goes. The calls left
+  // after that are short (a GetModelInfo) or held open by their clients: a
+  // health Watch stream never ends by itself (gRPC's health service ends it
+  // only when destroyed), nor does an idle reflection stream. Shutdown
+  // waits for them only kShutdownGrace, then cancels them; watchers saw
+  // NOT_SERVING when the drain began.
+  if (!service_->WaitRepliesSent(give_up)) spdlog::warn("drain: Rank replies still unsent at drain_timeout_ms");
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   // Rank's completion queues go after the server (gRPC's order); every call
   // still held is freed as its queue drains.
