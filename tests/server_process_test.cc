@@ -419,12 +419,14 @@ TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   EXPECT_DOUBLE_EQ(r["qps"].get<double>(), r["sent_per_s"].get<double>()) << r.dump();
 
   // Every request over the server's candidate limit: the server's code and
-  // message come back through the trailers.
+  // message come back through the trailers, and a run in which every call
+  // failed exits 1 (still writing its report).
   ASSERT_EQ(RunCommand(load + " --concurrency 4 --duration-s 0.5 --warmup-s 0.1 --candidates-min 41"
                               " --candidates-max 50 --json-out " + json + " 2>&1",
                        &out),
-            0)
+            1)
       << out;
+  EXPECT_NE(out.find("every call failed"), std::string::npos) << out;
   r = nlohmann::json::parse(ReadFile(json));
   EXPECT_EQ(r["requests_ok"].get<int64_t>(), 0) << r.dump();
   EXPECT_GT(r["errors"]["INVALID_ARGUMENT"].get<int64_t>(), 0) << r.dump();
@@ -457,6 +459,39 @@ TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   r = nlohmann::json::parse(ReadFile(json));
   EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << r.dump();
   EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
+  // Each of the 8 slots backs off (10 ms doubling to 1 s) after a refused
+  // call: about 10 tries each in the ~3 s left, not a spin of refusals.
+  EXPECT_LT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 400) << r.dump();
+}
+
+// A port nobody listens on is a connection failure, said so after a few
+// tries with backoff, not a call's "Deadline Exceeded"; exit 1.
+TEST_F(ServerProcessTest, LoadgenReportsAClosedPortAsAConnectionFailure) {
+  const int port = server_test::FreePort();
+  ASSERT_GT(port, 0);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  std::string out;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address +
+                           " --connect-timeout-s 1 --duration-s 1 2>&1",
+                       &out),
+            1)
+      << out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0) << out;
+  EXPECT_NE(out.find("cannot connect to " + address + ": Connection refused"), std::string::npos) << out;
+  EXPECT_NE(out.find("attempts"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Deadline Exceeded"), std::string::npos) << out;
+}
+
+// jagrank-client with nothing to rank prints its usage and exits 2 instead
+// of sending an empty request.
+TEST_F(ServerProcessTest, ClientWithoutArgumentsPrintsUsage) {
+  std::string out;
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address 127.0.0.1:1 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("nothing to send"), std::string::npos) << out;
+  EXPECT_NE(out.find("--candidates"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("nothing to send"), std::string::npos) << out;
 }
 
 TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {

@@ -85,6 +85,13 @@ int Main(int argc, char** argv) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  if (!health && !info && request_json.empty() && candidates.empty()) {
+    // Nothing to rank: an empty request would only earn INVALID_ARGUMENT.
+    std::fprintf(stderr,
+                 "jagrank-client: nothing to send: give --candidates or --request-json (or --health, --info)\n%s",
+                 flags.Usage().c_str());
+    return 2;
+  }
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
 
   if (health) {
