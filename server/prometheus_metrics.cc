@@ -77,8 +77,9 @@ Histogram::BucketBoundaries GeometricBuckets(double factor, double max) {
 // and the dashboard see the series before the first error happens.
 constexpr const char* kKnownCodes[] = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
                                        "UNAVAILABLE", "CANCELLED", "INTERNAL"};
-constexpr const char* kKnownReasons[] = {"invalid_argument", "queue_full", "deadline", "cancelled",
-                                         "shutting_down"};
+constexpr const char* kKnownReasons[] = {"invalid_argument",    "not_ready", "shutting_down",
+                                         "queue_full",          "deadline_unmeetable", "deadline",
+                                         "cancelled",           "non_finite_scores"};
 
 // Resident set size read at scrape time, so it is fresh on every scrape and
 // needs no timer. /proc/self/statm's second field counts pages.
@@ -155,7 +156,10 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     for (const char* code : kKnownCodes) requests_by_code_[code] = &requests_->Add({{"code", code}});
     rejections_ = &prometheus::BuildCounter()
                        .Name("jagrank_rejections_total")
-                       .Help("Requests rejected before queueing, by reason")
+                       .Help("Rank calls answered without scores, by reason: refused at arrival "
+                             "(invalid_argument, not_ready, shutting_down, queue_full, deadline_unmeetable), "
+                             "dropped from the queue before compute (deadline, cancelled), or computed with "
+                             "scores withheld (non_finite_scores)")
                        .Register(r);
     for (const char* reason : kKnownReasons) rejections_by_reason_[reason] = &rejections_->Add({{"reason", reason}});
     candidates_ = &prometheus::BuildCounter()
@@ -174,8 +178,10 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
                           .Register(r)
                           .Add({});
 
-    request_latency_ = &LatencyHistogram("jagrank_request_latency_seconds",
-                                         "End-to-end Rank latency in the server (receipt to reply)");
+    request_latency_ = &LatencyHistogram(
+        "jagrank_request_latency_seconds",
+        "End-to-end latency in the server (receipt to reply) of Rank calls answered OK; errors are counted "
+        "in jagrank_requests_total by code");
     queue_latency_ = &LatencyHistogram("jagrank_queue_latency_seconds",
                                        "Time a request waited in the batcher queue before its batch started");
     compute_latency_ = &LatencyHistogram("jagrank_compute_latency_seconds", "Model forward time per batch");
@@ -234,7 +240,9 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     Counter& counter = CounterFor(*requests_, "code", code, requests_by_code_);
     counter.Increment();
     if (candidates > 0) candidates_->Increment(static_cast<double>(candidates));
-    request_latency_->Observe(latency_seconds);
+    // OK calls only: refusals answer in microseconds and expiries at their
+    // deadline, and either would bend the latency the SLO is about.
+    if (code == "OK") request_latency_->Observe(latency_seconds);
   }
 
   void OnRejected(const std::string& reason) override {
