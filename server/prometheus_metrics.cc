@@ -73,6 +73,12 @@ Histogram::BucketBoundaries GeometricBuckets(double factor, double max) {
   return b;
 }
 
+// The exposer's worker threads (one per open connection) and how long a
+// connection may take to send its request or read the answer. A scrape's
+// request is one line and its answer ~30 KB, well inside the time.
+constexpr int kMetricsThreads = 16;
+constexpr int kMetricsRequestTimeoutMs = 3000;
+
 // gRPC code names and rejection reasons pre-created at zero, so that rate()
 // and the dashboard see the series before the first error happens.
 constexpr const char* kKnownCodes[] = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
@@ -220,7 +226,15 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     callbacks_.begin_request = &ServeStatusPage;
     callbacks_.log_message = &RecordCivetMessage;
     try {
-      exposer_ = std::make_unique<prometheus::Exposer>(bind_address, /*num_threads=*/2, &callbacks_);
+      // CivetWeb gives each connection a worker thread until its request is
+      // read and answered. With prometheus-cpp's default (2 threads, 30 s
+      // request timeout) two idle connections blinded /metrics and the
+      // status page for 30 s; now it takes kMetricsThreads of them, and
+      // each is dropped after kMetricsRequestTimeoutMs.
+      exposer_ = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", bind_address, "num_threads", std::to_string(kMetricsThreads),
+                                   "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)},
+          &callbacks_);
     } catch (const std::exception& e) {
       const std::string civet = TakeCivetError();
       return Status::Unavailable("metrics: cannot serve on '" + bind_address + "': " + e.what() +
