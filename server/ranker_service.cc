@@ -2,6 +2,7 @@
 
 #include <google/protobuf/arena.h>
 #include <grpc/support/time.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/async_unary_call.h>
@@ -18,6 +19,8 @@ namespace {
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
 
 // A deadline further away than this counts as none (gRPC caps grpc-timeout
 // at 99999999 hours; such a deadline is past what the clocks represent).
@@ -39,16 +42,18 @@ Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
 
 }  // namespace
 
-// One Rank call from its request on a queue to its last event. Its events
-// (requested, finished, done) all come back on its queue, so only that
-// queue's polling thread touches `finished` and `done`. Freed by that thread
-// once both the finish and the done notification have come back (or at once
-// when the request failed because the server shut down: then the call never
-// started and no other event comes). The request bytes are parsed once, by
+// One Rank call from its request on a queue to its last event. It arrives
+// through the generic service with its message unread; the message is read
+// (Read) once the call holds one of the read slots, then parsed once, by
 // Handle, which converts the RankRequest into the QueuedRequest's RankInput.
+// Its events (requested, read, finished, done) all come back on its queue,
+// so only that queue's polling thread touches `finished` and `done`. Freed
+// by that thread once both the finish and the done notification have come
+// back (or at once when the request failed because the server shut down:
+// then the call never started and no other event comes).
 class RankerService::RankCall {
  public:
-  enum class Event { kRequested, kFinished, kDone };
+  enum class Event { kRequested, kRead, kFinished, kDone };
   struct Tag {
     RankCall* call;
     Event event;
@@ -56,10 +61,15 @@ class RankerService::RankCall {
 
   explicit RankCall(Queue* queue) : queue(queue) { context.AsyncNotifyWhenDone(&done_tag); }
 
-  // Notes the reply's start (Finish or FinishWithError is called next).
+  // Notes the reply's start (a Finish is called next).
   void StartReply() {
     reply_started = Clock::now();
     queue->replies_pending->fetch_add(1, std::memory_order_relaxed);
+  }
+  // Answers with `status` and no message.
+  void FinishWithStatus(const grpc::Status& status) {
+    StartReply();
+    stream.Finish(status, &finished_tag);
   }
 
   // The last event (of finish and done) frees the call.
@@ -79,7 +89,8 @@ class RankerService::RankCall {
   }
 
   Queue* const queue;
-  grpc::ServerContext context;
+  grpc::GenericServerContext context;
+  grpc::GenericServerAsyncReaderWriter stream{&context};
   grpc::ByteBuffer request_bytes;  // as received; consumed by the parse
   // Holds the parsed request and the response: one arena per call, so a
   // request's many repeated fields cost a few block allocations, not one
@@ -87,13 +98,18 @@ class RankerService::RankCall {
   google::protobuf::Arena arena;
   v1::RankRequest* request = nullptr;  // on `arena`, once parsed
   grpc::ByteBuffer response_bytes;     // the serialised RankResponse
-  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder{&context};
-  Clock::time_point arrival;
-  Clock::time_point reply_started;  // when Finish or FinishWithError was called
+  Clock::time_point reply_started;     // when the Finish was called
+  // Read slots (guarded by the service's slots_mu_): waiting for a slot, or
+  // reading since `read_started` (and evicted: cancelled to free its slot).
+  bool waiting_for_slot = false;
+  bool reading = false;
+  bool evicted = false;
+  Clock::time_point read_started;
   Tag requested_tag{this, Event::kRequested};
+  Tag read_tag{this, Event::kRead};
   Tag finished_tag{this, Event::kFinished};
   Tag done_tag{this, Event::kDone};
-  bool finished = false;  // the finish event came back
+  bool finished = false;  // the finish event came back (or none will come)
   bool done = false;      // the done notification came back
 };
 
@@ -107,7 +123,15 @@ int RankerService::CompletionQueueCount() const {
   return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
 }
 
-void RankerService::AddCompletionQueues(grpc::ServerBuilder* builder) {
+int64_t RankerService::ReadSlotCount() const {
+  const int64_t slots = GrpcMemoryQuotaBytes(config_) / (2 * config_.grpc_max_receive_message_bytes);
+  return std::clamp<int64_t>(slots, 1, kMaxReadSlots);
+}
+
+void RankerService::AddToBuilder(grpc::ServerBuilder* builder) {
+  builder->RegisterService(this);
+  builder->RegisterAsyncGenericService(&generic_service_);
+  free_read_slots_ = ReadSlotCount();
   for (int i = CompletionQueueCount(); i > 0; --i) {
     auto queue = std::make_unique<Queue>();
     queue->cq = builder->AddCompletionQueue();
@@ -150,14 +174,91 @@ void RankerService::RequestCall(Queue* queue) {
   std::lock_guard<std::mutex> lock(queue->mu);
   if (queue->shut_down) return;
   RankCall* raw = call.release();  // owned by its events from here on
-  RequestRank(&raw->context, &raw->request_bytes, &raw->responder, queue->cq.get(), queue->cq.get(),
-              &raw->requested_tag);
+  generic_service_.RequestCall(&raw->context, &raw->stream, queue->cq.get(), queue->cq.get(), &raw->requested_tag);
+}
+
+void RankerService::ReadWhenASlotIsFree(RankCall* call) {
+  RankCall* victim = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    if (free_read_slots_ > 0) {
+      --free_read_slots_;
+      StartReadLocked(call);
+      return;
+    }
+    call->waiting_for_slot = true;
+    waiting_.push_back(call);
+    victim = EvictLocked(Clock::now());
+  }
+  if (victim != nullptr) victim->context.TryCancel();
+}
+
+void RankerService::StartReadLocked(RankCall* call) {
+  call->reading = true;
+  call->read_started = Clock::now();
+  reading_.push_back(call);
+  call->stream.Read(&call->request_bytes, &call->read_tag);
+}
+
+RankerService::RankCall* RankerService::EvictLocked(Clock::time_point now) {
+  if (waiting_.empty()) return nullptr;
+  for (RankCall* oldest : reading_) {
+    if (oldest->evicted) continue;
+    if (now - oldest->read_started < kEvictReadAfter) return nullptr;
+    oldest->evicted = true;
+    return oldest;
+  }
+  return nullptr;
+}
+
+void RankerService::MaybeEvict() {
+  RankCall* victim = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    victim = EvictLocked(Clock::now());
+  }
+  if (victim != nullptr) victim->context.TryCancel();
+}
+
+bool RankerService::ReleaseReadSlot(RankCall* call) {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  call->reading = false;
+  reading_.erase(std::find(reading_.begin(), reading_.end(), call));
+  if (waiting_.empty()) {
+    ++free_read_slots_;
+  } else {
+    // Newest first: a stream that never finishes its message is evicted and
+    // opened again, so in arrival order a new call would wait behind every
+    // such stream for kEvictReadAfter each; the newest is most likely a call
+    // whose message has just arrived whole.
+    RankCall* next = waiting_.back();
+    waiting_.pop_back();
+    next->waiting_for_slot = false;
+    StartReadLocked(next);  // the slot passes on
+  }
+  return call->evicted;
+}
+
+bool RankerService::ForgetWaiting(RankCall* call) {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  if (!call->waiting_for_slot) return false;
+  call->waiting_for_slot = false;
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), call));
+  return true;
 }
 
 void RankerService::Poll(Queue* queue) {
   void* tag = nullptr;
   bool ok = false;
-  while (queue->cq->Next(&tag, &ok)) {
+  for (;;) {
+    // Wakes up at least every kEvictReadAfter / 2 so that calls waiting for
+    // a read slot get one even while nothing else happens.
+    const auto next = queue->cq->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kEvictReadAfter / 2);
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      MaybeEvict();
+      continue;
+    }
     RankCall::Tag* event = static_cast<RankCall::Tag*>(tag);
     RankCall* call = event->call;
     switch (event->event) {
@@ -167,14 +268,41 @@ void RankerService::Poll(Queue* queue) {
           break;
         }
         RequestCall(queue);  // keep kCallsRequestedPerQueue waiting
-        Handle(call);
+        if (call->context.method() != kRankMethod) {
+          call->FinishWithStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                              "unknown method '" + call->context.method().substr(0, 128) + "'"));
+          break;
+        }
+        ReadWhenASlotIsFree(call);
         break;
+      case RankCall::Event::kRead: {
+        const bool evicted = ReleaseReadSlot(call);
+        if (ok) {
+          Handle(call);
+          break;
+        }
+        // No message: evicted to free its slot, cancelled by its client, or
+        // the client closed its side without sending one.
+        const Status status =
+            evicted ? Status::ResourceExhausted(
+                          "request message not received within " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kEvictReadAfter).count()) +
+                          " ms while other calls waited to be read")
+                    : Status::InvalidArgument("no request message");
+        metrics_->OnRejected(evicted ? "slow_request" : "invalid_argument");
+        metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(call->read_started));
+        call->FinishWithStatus(ToGrpcStatus(status, ""));
+        break;
+      }
       case RankCall::Event::kFinished:
         metrics_->OnResponseSent(SecondsSince(call->reply_started));
         replies_pending_.fetch_sub(1, std::memory_order_release);
         call->OnFinished();
         break;
       case RankCall::Event::kDone:
+        // A call still waiting for a read slot whose client went away gets
+        // no read and no answer: it is done here.
+        if (ForgetWaiting(call)) call->finished = true;
         call->OnDone();
         break;
     }
@@ -282,30 +410,26 @@ void RankerService::Handle(RankCall* call) {
     // Runs on an executor thread; the call may be freed as soon as Finish is
     // started, so nothing touches it after.
     queued->finish = [call](const Status& status, const float* scores, int64_t count, const std::string& version) {
-      if (status.ok()) {
-        auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
-        FillRankResponse(call->request_id(), version, scores, count, response);
-        bool own_buffer = false;
-        const grpc::Status serialized =
-            grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
-        if (!serialized.ok()) {
-          call->StartReply();
-          call->responder.FinishWithError(
-              ToGrpcStatus(Status::Internal("cannot serialise the response: " + serialized.error_message()),
-                           call->request_id()),
-              &call->finished_tag);
-          return;
-        }
+      if (!status.ok()) {
+        call->FinishWithStatus(ToGrpcStatus(status, call->request_id()));
+        return;
+      }
+      auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
+      FillRankResponse(call->request_id(), version, scores, count, response);
+      bool own_buffer = false;
+      const grpc::Status serialized =
+          grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
+      if (!serialized.ok()) {
+        call->FinishWithStatus(ToGrpcStatus(
+            Status::Internal("cannot serialise the response: " + serialized.error_message()), call->request_id()));
+        return;
       }
       call->StartReply();
-      call->responder.Finish(call->response_bytes, ToGrpcStatus(status, call->request_id()), &call->finished_tag);
+      call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
     };
     admitted = Admit(std::move(queued));
   }
-  if (!admitted.ok()) {
-    call->StartReply();
-    call->responder.FinishWithError(ToGrpcStatus(admitted, call->request_id()), &call->finished_tag);
-  }
+  if (!admitted.ok()) call->FinishWithStatus(ToGrpcStatus(admitted, call->request_id()));
 }
 
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {

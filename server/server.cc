@@ -107,8 +107,7 @@ Status JagrankServer::Start() {
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
   // same port and silently take a share of the connections: refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.RegisterService(service_.get());
-  service_->AddCompletionQueues(&builder);
+  service_->AddToBuilder(&builder);
   if (config_.grpc_max_concurrent_streams > 0) {
     // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls beyond it wait in the
     // client's channel instead of opening streams here.
@@ -125,6 +124,20 @@ Status JagrankServer::Start() {
     }
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
+  // One memory bound for every connection: streams that declare large
+  // messages and never finish them fill gRPC's buffers up to the quota, and
+  // no further (gRPC then grants smaller windows and cancels streams).
+  grpc::ResourceQuota quota("jagrank-server");
+  quota.Resize(static_cast<size_t>(GrpcMemoryQuotaBytes(config_)));
+  builder.SetResourceQuota(quota);
+  if (config_.grpc_max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(config_.grpc_max_connection_idle_ms));
+  }
+  if (config_.grpc_max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, static_cast<int>(config_.grpc_max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(config_.grpc_max_connection_age_grace_ms));
+  }
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

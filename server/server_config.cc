@@ -3,6 +3,9 @@
 #include <grpc/grpc.h>
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -57,7 +60,57 @@ Status Positive(int64_t value, const char* name) {
   return Status::Ok();
 }
 
+// ---- Hostile load keys (memory bound, connection limits, admission, TLS) ----
+
+bool IsHostileLoadKey(const std::string& key) {
+  static const std::set<std::string> kKeys = {"grpc_memory_quota_bytes", "grpc_max_connection_idle_ms",
+                                              "grpc_max_connection_age_ms", "grpc_max_connection_age_grace_ms"};
+  return kKeys.count(key) > 0;
+}
+
+Status ParseHostileLoadKey(const std::string& key, const YAML::Node& v, ServerConfig* c) {
+  if (key == "grpc_memory_quota_bytes") return Read(v, key, &c->grpc_memory_quota_bytes);
+  if (key == "grpc_max_connection_idle_ms") return Read(v, key, &c->grpc_max_connection_idle_ms);
+  if (key == "grpc_max_connection_age_ms") return Read(v, key, &c->grpc_max_connection_age_ms);
+  if (key == "grpc_max_connection_age_grace_ms") return Read(v, key, &c->grpc_max_connection_age_grace_ms);
+  return Status::InvalidArgument("server config: unknown key '" + key + "'");
+}
+
+Status ValidateHostileLoadKeys(const ServerConfig& c) {
+  if (c.grpc_memory_quota_bytes < 0) {
+    return Status::InvalidArgument("server config grpc_memory_quota_bytes: must be >= 0 (0 = a quarter of memory)");
+  }
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"grpc_max_connection_idle_ms",
+                                                                     c.grpc_max_connection_idle_ms},
+                                    {"grpc_max_connection_age_ms", c.grpc_max_connection_age_ms},
+                                    {"grpc_max_connection_age_grace_ms", c.grpc_max_connection_age_grace_ms}}) {
+    if (value < 0 || value > INT32_MAX) {
+      return Status::InvalidArgument(std::string("server config ") + name + " = " + std::to_string(value) +
+                                     ": must be in [0, 2^31-1] (0 = no limit)");
+    }
+  }
+  return Status::Ok();
+}
+
+// Physical memory, or the cgroup (v2) memory limit when that is lower.
+int64_t MachineMemoryBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  std::ifstream limit("/sys/fs/cgroup/memory.max");
+  std::string text;
+  if (limit >> text && text != "max") {
+    char* end = nullptr;
+    const long long cgroup = std::strtoll(text.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && cgroup > 0 && cgroup < bytes) bytes = cgroup;
+  }
+  return bytes;
+}
+
 }  // namespace
+
+int64_t GrpcMemoryQuotaBytes(const ServerConfig& config) {
+  if (config.grpc_memory_quota_bytes > 0) return config.grpc_memory_quota_bytes;
+  return MachineMemoryBytes() / 4;
+}
 
 Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
   YAML::Node root;
@@ -119,6 +172,8 @@ Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
       RETURN_IF_ERROR(Read(v, key, &c.log_level));
     } else if (key == "batching") {
       RETURN_IF_ERROR(ParseBatching(v, &c.batching));
+    } else if (IsHostileLoadKey(key)) {
+      RETURN_IF_ERROR(ParseHostileLoadKey(key, v, &c));
     } else {
       return Status::InvalidArgument("server config: unknown key '" + key + "'");
     }
@@ -147,6 +202,10 @@ const std::vector<ReservedGrpcChannelArg>& ServerReservedGrpcChannelArgs() {
       {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, "jagrank-server always permits client pings without calls"},
       {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, "set it with keepalive_min_client_ping_interval_ms"},
       {GRPC_ARG_ALLOW_REUSEPORT, "jagrank-server never shares its port with a second server"},
+      {GRPC_ARG_MAX_CONNECTION_IDLE_MS, "set it with grpc_max_connection_idle_ms"},
+      {GRPC_ARG_MAX_CONNECTION_AGE_MS, "set it with grpc_max_connection_age_ms"},
+      {GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, "set it with grpc_max_connection_age_grace_ms"},
+      {GRPC_ARG_RESOURCE_QUOTA, "set it with grpc_memory_quota_bytes"},
       // Measured on gRPC 1.51 (server_grpc_test): with it a request above the
       // cap reaches jagrank's parser whole instead of being refused by gRPC.
       {GRPC_ARG_MINIMAL_STACK, "it drops gRPC's receive-size cap (grpc_max_receive_message_bytes)"},
@@ -203,6 +262,7 @@ Status ValidateServerConfig(const ServerConfig& c) {
   RETURN_IF_ERROR(Positive(b.max_batch_history_tokens, "batching.max_batch_history_tokens"));
   RETURN_IF_ERROR(Positive(b.max_batch_attention_cost, "batching.max_batch_attention_cost"));
   RETURN_IF_ERROR(Positive(b.max_queue_requests, "batching.max_queue_requests"));
+  RETURN_IF_ERROR(ValidateHostileLoadKeys(c));
   return Status::Ok();
 }
 
@@ -223,7 +283,11 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " grpc_max_concurrent_streams=" << c.grpc_max_concurrent_streams
     << " grpc_channel_args=" << (c.grpc_channel_args.empty() ? "none" : c.grpc_channel_args)
     << " max_candidates_per_request=" << c.max_candidates_per_request
-    << " max_request_bytes=" << c.max_request_bytes;
+    << " max_request_bytes=" << c.max_request_bytes
+    << " grpc_memory_quota_bytes=" << GrpcMemoryQuotaBytes(c)
+    << " grpc_max_connection_idle_ms=" << c.grpc_max_connection_idle_ms
+    << " grpc_max_connection_age_ms=" << c.grpc_max_connection_age_ms
+    << " grpc_max_connection_age_grace_ms=" << c.grpc_max_connection_age_grace_ms;
   return s.str();
 }
 

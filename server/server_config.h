@@ -66,7 +66,29 @@ struct ServerConfig {
   int64_t drain_linger_ms = 300;                 // after the accepted work is done, keep answering UNAVAILABLE this long before closing the listener
   std::string log_level = "info";                // trace | debug | info | warn | error
   BatchingConfig batching;
+
+  // ---- Hostile load: memory bound, connection limits, admission, TLS ----
+  // Bytes gRPC may hold for all connections together (partly received
+  // messages, read buffers): gRPC's resource quota. Near it gRPC shrinks the
+  // flow-control windows it grants and cancels streams (RST_STREAM) to
+  // reclaim memory. 0 = a quarter of the machine's memory (or of the
+  // cgroup's limit, when lower): GrpcMemoryQuotaBytes().
+  int64_t grpc_memory_quota_bytes = 0;
+  // A connection with no call for this long is closed (clients reconnect
+  // when they need to); 0 = never.
+  int64_t grpc_max_connection_idle_ms = 300000;
+  // A connection older than this is asked to go away (GOAWAY; clients
+  // reconnect), and its calls get grpc_max_connection_age_grace_ms more to
+  // finish before it is closed: no stream, finished or not, holds memory
+  // longer than the sum. 0 = no age limit.
+  int64_t grpc_max_connection_age_ms = 1800000;
+  int64_t grpc_max_connection_age_grace_ms = 30000;
 };
+
+// The resource quota the server gives gRPC: config.grpc_memory_quota_bytes,
+// or when that is 0 a quarter of the physical memory or of the cgroup's
+// memory limit, whichever is lower.
+int64_t GrpcMemoryQuotaBytes(const ServerConfig& config);
 
 // Parses YAML text (keys as the field names above; batching keys nested under
 // `batching:`). Unknown keys are errors that name the key.

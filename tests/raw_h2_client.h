@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -69,6 +70,11 @@ class RawH2Client {
   void Close() {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
+  }
+  // Wakes a send or a read blocked on the socket in another thread (they
+  // fail from then on); Close still frees it.
+  void Shutdown() {
+    if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
   }
 
   // HEADERS for a gRPC call of `path` on `stream` (odd, increasing), with
@@ -180,11 +186,11 @@ class RawH2Client {
            static_cast<size_t>(static_cast<uint8_t>(buffer_[2]));
   }
 
+  // Waits for bytes until `give_up` (a time already past: one look without waiting).
   bool Receive(std::chrono::steady_clock::time_point give_up) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
     pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) <= 0) return false;
     char chunk[65536];
     const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
     if (n <= 0) return false;

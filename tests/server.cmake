@@ -15,3 +15,6 @@ target_compile_definitions(server_process_test PRIVATE
   JAGRANK_LOADGEN_BINARY="$<TARGET_FILE:jagrank-loadgen>"
   $<$<BOOL:${JAGRANK_WITH_TCMALLOC}>:JAGRANK_EXPECT_TCMALLOC=1>)
 add_dependencies(server_process_test jagrank-server jagrank-client jagrank-loadgen)
+# Hostile connections against the in-process server (memory quota).
+jagrank_add_test(NAME server_hostile_test SOURCES server_hostile_test.cc LIBS jagrank_server TIMEOUT 120)
+target_include_directories(server_hostile_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
