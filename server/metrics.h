@@ -31,8 +31,9 @@ class ServerMetrics {
   // (the Prometheus latency histogram takes OK calls only).
   virtual void OnRequestDone(const std::string& code, int64_t candidates, double latency_seconds) = 0;
   // A call answered without scores, by reason: refused at arrival
-  // ("invalid_argument", "not_ready", "shutting_down", "queue_full",
-  // "deadline_unmeetable"), dropped from the queue before compute
+  // ("invalid_argument", "slow_request" (its message did not arrive in
+  // time while others waited to be read), "not_ready", "shutting_down",
+  // "queue_full", "deadline_unmeetable"), dropped from the queue before compute
   // ("deadline", "cancelled"), or computed with its scores withheld
   // ("non_finite_scores").
   virtual void OnRejected(const std::string& reason) = 0;

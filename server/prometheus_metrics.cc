@@ -83,9 +83,9 @@ constexpr int kMetricsRequestTimeoutMs = 3000;
 // and the dashboard see the series before the first error happens.
 constexpr const char* kKnownCodes[] = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
                                        "UNAVAILABLE", "CANCELLED", "INTERNAL"};
-constexpr const char* kKnownReasons[] = {"invalid_argument",    "not_ready", "shutting_down",
-                                         "queue_full",          "deadline_unmeetable", "deadline",
-                                         "cancelled",           "non_finite_scores"};
+constexpr const char* kKnownReasons[] = {"invalid_argument", "slow_request", "not_ready",
+                                         "shutting_down",    "queue_full",   "deadline_unmeetable",
+                                         "deadline",         "cancelled",    "non_finite_scores"};
 
 // Resident set size read at scrape time, so it is fresh on every scrape and
 // needs no timer. /proc/self/statm's second field counts pages.
@@ -163,7 +163,7 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     rejections_ = &prometheus::BuildCounter()
                        .Name("jagrank_rejections_total")
                        .Help("Rank calls answered without scores, by reason: refused at arrival "
-                             "(invalid_argument, not_ready, shutting_down, queue_full, deadline_unmeetable), "
+                             "(invalid_argument, slow_request, not_ready, shutting_down, queue_full, deadline_unmeetable), "
                              "dropped from the queue before compute (deadline, cancelled), or computed with "
                              "scores withheld (non_finite_scores)")
                        .Register(r);
