@@ -74,6 +74,14 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   flags.Add("grpc-channel-args", &grpc_channel_args,
             "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers)");
   flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
+  // ---- Hostile load: TLS and memory (server_config.h's block of the same name) ----
+  std::string tls_cert = d.tls_cert_file, tls_key = d.tls_key_file, tls_client_ca = d.tls_client_ca_file;
+  int64_t grpc_memory_quota_bytes = d.grpc_memory_quota_bytes;
+  flags.Add("tls-cert", &tls_cert, "PEM certificate chain of the gRPC port (with --tls-key: TLS)");
+  flags.Add("tls-key", &tls_key, "PEM private key of --tls-cert");
+  flags.Add("tls-client-ca", &tls_client_ca, "PEM CA bundle: clients must present a certificate it signed (mTLS)");
+  flags.Add("grpc-memory-quota-bytes", &grpc_memory_quota_bytes,
+            "bytes gRPC may hold for all connections (0 = a quarter of the machine's memory)");
   RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -106,6 +114,11 @@ Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
   if (flags.IsSet("max-batch-history-tokens")) config->batching.max_batch_history_tokens = max_batch_history_tokens;
   if (flags.IsSet("max-batch-attention-cost")) config->batching.max_batch_attention_cost = max_batch_attention_cost;
   if (flags.IsSet("max-queue-requests")) config->batching.max_queue_requests = max_queue_requests;
+  // ---- Hostile load: TLS and memory ----
+  if (flags.IsSet("tls-cert")) config->tls_cert_file = tls_cert;
+  if (flags.IsSet("tls-key")) config->tls_key_file = tls_key;
+  if (flags.IsSet("tls-client-ca")) config->tls_client_ca_file = tls_client_ca;
+  if (flags.IsSet("grpc-memory-quota-bytes")) config->grpc_memory_quota_bytes = grpc_memory_quota_bytes;
   return ValidateServerConfig(*config);
 }
 

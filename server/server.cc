@@ -3,10 +3,15 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -50,6 +55,46 @@ std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
 // Rank reply is sent (refusals of calls that raced it; streams a client holds
 // open) before cancelling them.
 constexpr std::chrono::milliseconds kShutdownGrace{100};
+
+// Readable and holding a PEM block, or an error naming the key and the file.
+Status CheckPemFile(const char* key, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(std::string("server config ") + key + ": cannot open '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return Status::InvalidArgument(std::string("server config ") + key + ": '" + path + "' holds no PEM block");
+  }
+  return Status::Ok();
+}
+
+// Plaintext, TLS or mTLS (server/server_config.h: tls_*). gRPC's file
+// watcher re-reads the files every tls_reload_interval_s; they are checked
+// here first so that a wrong path fails the start rather than every handshake.
+Status MakeServerCredentials(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials>* out) {
+  if (config.tls_cert_file.empty()) {
+    *out = grpc::InsecureServerCredentials();
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(CheckPemFile("tls_cert_file", config.tls_cert_file));
+  RETURN_IF_ERROR(CheckPemFile("tls_key_file", config.tls_key_file));
+  const bool mtls = !config.tls_client_ca_file.empty();
+  if (mtls) RETURN_IF_ERROR(CheckPemFile("tls_client_ca_file", config.tls_client_ca_file));
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      config.tls_key_file, config.tls_cert_file, config.tls_client_ca_file,
+      static_cast<unsigned int>(config.tls_reload_interval_s));
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (mtls) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  *out = grpc::experimental::TlsServerCredentials(options);
+  if (*out == nullptr) return Status::InvalidArgument("server config tls_*: gRPC refused the TLS settings");
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -103,7 +148,9 @@ Status JagrankServer::Start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  RETURN_IF_ERROR(MakeServerCredentials(config_, &credentials));
+  builder.AddListeningPort(config_.grpc_address, credentials, &port_);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
   // same port and silently take a share of the connections: refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -63,8 +63,10 @@ Status Positive(int64_t value, const char* name) {
 // ---- Hostile load keys (memory bound, connection limits, admission, TLS) ----
 
 bool IsHostileLoadKey(const std::string& key) {
-  static const std::set<std::string> kKeys = {"grpc_memory_quota_bytes", "grpc_max_connection_idle_ms",
-                                              "grpc_max_connection_age_ms", "grpc_max_connection_age_grace_ms"};
+  static const std::set<std::string> kKeys = {
+      "grpc_memory_quota_bytes", "grpc_max_connection_idle_ms", "grpc_max_connection_age_ms",
+      "grpc_max_connection_age_grace_ms", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
+      "tls_reload_interval_s"};
   return kKeys.count(key) > 0;
 }
 
@@ -73,6 +75,10 @@ Status ParseHostileLoadKey(const std::string& key, const YAML::Node& v, ServerCo
   if (key == "grpc_max_connection_idle_ms") return Read(v, key, &c->grpc_max_connection_idle_ms);
   if (key == "grpc_max_connection_age_ms") return Read(v, key, &c->grpc_max_connection_age_ms);
   if (key == "grpc_max_connection_age_grace_ms") return Read(v, key, &c->grpc_max_connection_age_grace_ms);
+  if (key == "tls_cert_file") return Read(v, key, &c->tls_cert_file);
+  if (key == "tls_key_file") return Read(v, key, &c->tls_key_file);
+  if (key == "tls_client_ca_file") return Read(v, key, &c->tls_client_ca_file);
+  if (key == "tls_reload_interval_s") return Read(v, key, &c->tls_reload_interval_s);
   return Status::InvalidArgument("server config: unknown key '" + key + "'");
 }
 
@@ -88,6 +94,17 @@ Status ValidateHostileLoadKeys(const ServerConfig& c) {
       return Status::InvalidArgument(std::string("server config ") + name + " = " + std::to_string(value) +
                                      ": must be in [0, 2^31-1] (0 = no limit)");
     }
+  }
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return Status::InvalidArgument(
+        "server config tls_cert_file and tls_key_file: give both (TLS) or neither (plaintext)");
+  }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    return Status::InvalidArgument("server config tls_client_ca_file: needs tls_cert_file and tls_key_file");
+  }
+  if (c.tls_reload_interval_s < 1 || c.tls_reload_interval_s > 86400) {
+    return Status::InvalidArgument("server config tls_reload_interval_s = " + std::to_string(c.tls_reload_interval_s) +
+                                   ": must be in [1, 86400]");
   }
   return Status::Ok();
 }
@@ -287,7 +304,8 @@ std::string ServerConfigSummary(const ServerConfig& c) {
     << " grpc_memory_quota_bytes=" << GrpcMemoryQuotaBytes(c)
     << " grpc_max_connection_idle_ms=" << c.grpc_max_connection_idle_ms
     << " grpc_max_connection_age_ms=" << c.grpc_max_connection_age_ms
-    << " grpc_max_connection_age_grace_ms=" << c.grpc_max_connection_age_grace_ms;
+    << " grpc_max_connection_age_grace_ms=" << c.grpc_max_connection_age_grace_ms
+    << " tls=" << (c.tls_cert_file.empty() ? "off" : c.tls_client_ca_file.empty() ? "on" : "mtls");
   return s.str();
 }
 

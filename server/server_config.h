@@ -83,6 +83,15 @@ struct ServerConfig {
   // longer than the sum. 0 = no age limit.
   int64_t grpc_max_connection_age_ms = 1800000;
   int64_t grpc_max_connection_age_grace_ms = 30000;
+  // TLS on the gRPC port: PEM files of the server's certificate chain and
+  // private key (both, or neither = plaintext). With tls_client_ca_file,
+  // clients must present a certificate signed by one of its CAs (mTLS).
+  // The files are re-read every tls_reload_interval_s, so a renewed
+  // certificate takes effect without a restart.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  int64_t tls_reload_interval_s = 60;
 };
 
 // The resource quota the server gives gRPC: config.grpc_memory_quota_bytes,

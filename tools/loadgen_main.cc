@@ -48,6 +48,7 @@
 #include "common/flags.h"
 #include "common/process.h"
 #include "common/socket_address.h"
+#include "tools/channel_credentials.h"
 
 namespace jagrank {
 namespace {
@@ -82,12 +83,12 @@ struct Options {
   bool minimal_stack = true;
   std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
   std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args
+  std::string tls_ca, tls_cert, tls_key;      // TLS / mTLS (tools/channel_credentials.h)
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
-// The credentials every channel of the run uses.
-std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const Options& /*o*/) {
-  return grpc::InsecureChannelCredentials();
-}
+// The credentials every channel of the run uses (made once, in Main).
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const Options& o) { return o.credentials; }
 
 constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
 // Every this many calls the response is parsed and its scores counted.
@@ -474,7 +475,8 @@ class LoadGen {
                      {"channels", options_.channels},
                      {"client_threads", options_.client_threads},
                      {"minimal_stack", options_.minimal_stack},
-                     {"grpc_channel_args", options_.grpc_channel_args}};
+                     {"grpc_channel_args", options_.grpc_channel_args},
+                     {"tls", options_.tls_ca.empty() ? "off" : options_.tls_cert.empty() ? "tls" : "mtls"}};
     j["server"] = {{"model", info_.name()},     {"version", info_.version()},
                    {"device", info_.device()}, {"attention", info_.attention()},
                    {"max_history_len", info_.max_history_len()}};
@@ -641,6 +643,9 @@ int Main(int argc, char** argv) {
             "gRPC's minimal client stack: less client CPU (no message-size or census filters; deadlines hold)");
   flags.Add("grpc-channel-args", &o.grpc_channel_args,
             "further gRPC channel arguments on every connection, grpc.name=value[,...]");
+  flags.Add("tls-ca", &o.tls_ca, "PEM CA bundle to verify the server with: connect over TLS");
+  flags.Add("tls-cert", &o.tls_cert, "PEM client certificate chain for mTLS (with --tls-key; needs --tls-ca)");
+  flags.Add("tls-key", &o.tls_key, "PEM private key of --tls-cert");
   Status parsed = flags.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "jagrank-loadgen: %s\n", parsed.message().c_str());
@@ -663,6 +668,11 @@ int Main(int argc, char** argv) {
       "--grpc-channel-args", &o.extra_args);
   if (!args_ok.ok()) {
     std::fprintf(stderr, "jagrank-loadgen: %s\n", args_ok.message().c_str());
+    return 2;
+  }
+  Status tls = MakeChannelCredentials(o.tls_ca, o.tls_cert, o.tls_key, &o.credentials);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "jagrank-loadgen: %s\n", tls.message().c_str());
     return 2;
   }
   v1::ModelInfo info;
