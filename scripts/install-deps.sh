@@ -12,10 +12,11 @@ build_pkgs=(
   libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
 # Real peers the integration tests drive: the Prometheus server and a headless browser;
-# the Python package's tests (python/tests: the PyTorch twin, its gRPC stubs, pip install ./python);
-# podman (with runc, and mmdebstrap for the local Debian base) for deploy_image_test,
-# which builds and runs the container image.
-test_pkgs=(prometheus chromium curl python3
+# openssl makes the TLS tests' certificates; the Python package's tests
+# (python/tests: the PyTorch twin, its gRPC stubs, pip install ./python);
+# podman (with runc, and mmdebstrap for the local Debian base) for
+# deploy_image_test, which builds and runs the container image.
+test_pkgs=(prometheus chromium curl python3 openssl
   python3-torch python3-numpy python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-pip
   podman buildah runc mmdebstrap uidmap)
 

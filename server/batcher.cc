@@ -6,14 +6,18 @@
 namespace jagrank {
 
 bool QueuedRequest::Expired(Clock::time_point now, Status* why) const {
-  if (is_cancelled && is_cancelled()) {
-    *why = Status::Cancelled("client cancelled the call before compute");
-    return true;
-  }
-  if (now >= deadline) {
+  const bool cancelled = is_cancelled && is_cancelled();
+  // The deadline first: gRPC cancels a call whose deadline passed, and a
+  // client whose own timer fired first (it started earlier, by the transport
+  // delay) cancels it a little before the server's deadline.
+  if (now >= deadline || (cancelled && deadline - now <= kClientDeadlineLead)) {
     const auto waited_us = std::chrono::duration_cast<std::chrono::microseconds>(now - arrival).count();
     *why = Status::DeadlineExceeded("deadline passed after " + std::to_string(waited_us) +
                                     " us in the queue, before compute");
+    return true;
+  }
+  if (cancelled) {
+    *why = Status::Cancelled("client cancelled the call before compute");
     return true;
   }
   return false;

@@ -67,8 +67,14 @@ struct QueuedRequest {
   std::function<bool()> is_cancelled;
   RankFinish finish;
 
-  // True when the request must not be computed any more; fills `why`.
+  // True when the request must not be computed any more; fills `why`:
+  // DEADLINE_EXCEEDED once the deadline passed, or when the client cancelled
+  // within kClientDeadlineLead of it (its deadline timer fired first);
+  // CANCELLED for any other cancel.
   bool Expired(Clock::time_point now, Status* why) const;
+  // How far ahead of the server's deadline a client's own deadline may fire
+  // (the server starts its clock one transport delay later).
+  static constexpr std::chrono::milliseconds kClientDeadlineLead{20};
 };
 
 class Batcher {

@@ -3,6 +3,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -12,6 +14,24 @@ namespace {
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// OK when every score is finite; otherwise INVALID_ARGUMENT naming how many
+// are not and the request's largest dense magnitude (inputs are finite at the
+// door, so overflow inside the model is the cause: dense values near the
+// float limit, e.g. 3e38, overflow the bottom MLP into Inf - Inf = NaN).
+Status CheckScoresFinite(const RankInput& input, const float* scores, int64_t count) {
+  int64_t bad = 0;
+  for (int64_t j = 0; j < count; ++j) bad += !std::isfinite(scores[j]);
+  if (bad == 0) return Status::Ok();
+  float largest = 0;
+  for (float v : input.dense) largest = std::max(largest, std::fabs(v));
+  char text[192];
+  std::snprintf(text, sizeof(text),
+                "scores are not finite (%lld of %lld candidates NaN or Inf): the model overflowed on this "
+                "request's features (largest |dense_features| = %g; are dense values too large?)",
+                static_cast<long long>(bad), static_cast<long long>(count), largest);
+  return Status::InvalidArgument(text);
 }
 
 // Names show in top -H and /proc/<pid>/task/*/comm (bench/serving_h200.sh
@@ -247,8 +267,18 @@ void Executor::Complete(Work* work) {
     const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
     const std::string& version = work->served->version;
     for (size_t i = 0; i < work->requests.size(); ++i) {
-      work->requests[i]->finish(Status::Ok(), work->scores.data() + offsets[i], offsets[i + 1] - offsets[i],
-                                version);
+      QueuedRequest& request = *work->requests[i];
+      const float* scores = work->scores.data() + offsets[i];
+      const int64_t count = offsets[i + 1] - offsets[i];
+      // Rows do not mix in the forward pass, so one request's overflow
+      // leaves the others' scores intact: only its own answer is an error.
+      const Status finite = CheckScoresFinite(request.input, scores, count);
+      if (!finite.ok()) {
+        metrics_->OnRejected("non_finite_scores");
+        request.finish(finite, nullptr, 0, "");
+        continue;
+      }
+      request.finish(Status::Ok(), scores, count, version);
     }
   }
   // The model counts padding saved since its creation; the metrics take one

@@ -101,7 +101,10 @@ class Executor {
   // staged batch and releases the slot; false when nothing is left to answer.
   bool Compute(Work* work);
   void ReleaseSlot(Work* work);
-  void Complete(Work* work);  // finishes every request in `work`
+  // Finishes every request in `work`. A request whose scores are not all
+  // finite gets INVALID_ARGUMENT (counted as rejection "non_finite_scores")
+  // instead of OK; the others in the batch are answered as usual.
+  void Complete(Work* work);
   std::unique_ptr<Work> TakeSpare();  // REQUIRES: mu_ held
   // Answers the requests of `requests` converted for another request
   // contract than `served`'s with UNAVAILABLE and removes them.

@@ -27,12 +27,16 @@ class ServerMetrics {
  public:
   virtual ~ServerMetrics() = default;
   // One finished RPC: its gRPC code name ("OK", "INVALID_ARGUMENT", ...),
-  // candidates scored (0 unless OK) and end-to-end latency in the server.
+  // candidates scored (0 unless OK) and end-to-end latency in the server
+  // (the Prometheus latency histogram takes OK calls only).
   virtual void OnRequestDone(const std::string& code, int64_t candidates, double latency_seconds) = 0;
-  // A request rejected before it was computed, by reason ("invalid_argument",
-  // "queue_full", "deadline", "cancelled", "shutting_down", "model_changed":
-  // accepted for a model version whose request contract the version now
-  // serving does not share).
+  // A call answered without scores, by reason: refused at arrival
+  // ("invalid_argument", "slow_request" (its message did not arrive in
+  // time while others waited to be read), "not_ready", "shutting_down",
+  // "queue_full", "deadline_unmeetable"), dropped from the queue before compute
+  // ("deadline", "cancelled", "model_changed": accepted for a model version
+  // whose request contract the version now serving does not share), or
+  // computed with its scores withheld ("non_finite_scores").
   virtual void OnRejected(const std::string& reason) = 0;
   // Time a request spent queued before its batch started.
   virtual void OnQueueLatency(double seconds) = 0;

@@ -73,12 +73,20 @@ Histogram::BucketBoundaries GeometricBuckets(double factor, double max) {
   return b;
 }
 
+// The exposer's worker threads (one per open connection) and how long a
+// connection may take to send its request or read the answer. A scrape's
+// request is one line and its answer ~30 KB, well inside the time.
+constexpr int kMetricsThreads = 16;
+constexpr int kMetricsRequestTimeoutMs = 3000;
+
 // gRPC code names and rejection reasons pre-created at zero, so that rate()
 // and the dashboard see the series before the first error happens.
 constexpr const char* kKnownCodes[] = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
                                        "UNAVAILABLE", "CANCELLED", "INTERNAL"};
-constexpr const char* kKnownReasons[] = {"invalid_argument", "queue_full", "deadline", "cancelled",
-                                         "shutting_down", "model_changed"};
+constexpr const char* kKnownReasons[] = {"invalid_argument", "slow_request", "not_ready",
+                                         "shutting_down",    "queue_full",   "deadline_unmeetable",
+                                         "deadline",         "cancelled",    "non_finite_scores",
+                                         "model_changed"};
 
 // Resident set size read at scrape time, so it is fresh on every scrape and
 // needs no timer. /proc/self/statm's second field counts pages.
@@ -155,7 +163,10 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     for (const char* code : kKnownCodes) requests_by_code_[code] = &requests_->Add({{"code", code}});
     rejections_ = &prometheus::BuildCounter()
                        .Name("jagrank_rejections_total")
-                       .Help("Requests rejected before queueing, by reason")
+                       .Help("Rank calls answered without scores, by reason: refused at arrival "
+                             "(invalid_argument, slow_request, not_ready, shutting_down, queue_full, deadline_unmeetable), "
+                             "dropped from the queue before compute (deadline, cancelled), or computed with "
+                             "scores withheld (non_finite_scores)")
                        .Register(r);
     for (const char* reason : kKnownReasons) rejections_by_reason_[reason] = &rejections_->Add({{"reason", reason}});
     candidates_ = &prometheus::BuildCounter()
@@ -174,8 +185,10 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
                           .Register(r)
                           .Add({});
 
-    request_latency_ = &LatencyHistogram("jagrank_request_latency_seconds",
-                                         "End-to-end Rank latency in the server (receipt to reply)");
+    request_latency_ = &LatencyHistogram(
+        "jagrank_request_latency_seconds",
+        "End-to-end latency in the server (receipt to reply) of Rank calls answered OK; errors are counted "
+        "in jagrank_requests_total by code");
     queue_latency_ = &LatencyHistogram("jagrank_queue_latency_seconds",
                                        "Time a request waited in the batcher queue before its batch started");
     compute_latency_ = &LatencyHistogram("jagrank_compute_latency_seconds", "Model forward time per batch");
@@ -234,7 +247,15 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     callbacks_.begin_request = &ServeStatusPage;
     callbacks_.log_message = &RecordCivetMessage;
     try {
-      exposer_ = std::make_unique<prometheus::Exposer>(bind_address, /*num_threads=*/2, &callbacks_);
+      // CivetWeb gives each connection a worker thread until its request is
+      // read and answered. With prometheus-cpp's default (2 threads, 30 s
+      // request timeout) two idle connections blinded /metrics and the
+      // status page for 30 s; now it takes kMetricsThreads of them, and
+      // each is dropped after kMetricsRequestTimeoutMs.
+      exposer_ = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", bind_address, "num_threads", std::to_string(kMetricsThreads),
+                                   "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)},
+          &callbacks_);
     } catch (const std::exception& e) {
       const std::string civet = TakeCivetError();
       return Status::Unavailable("metrics: cannot serve on '" + bind_address + "': " + e.what() +
@@ -254,7 +275,9 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     Counter& counter = CounterFor(*requests_, "code", code, requests_by_code_);
     counter.Increment();
     if (candidates > 0) candidates_->Increment(static_cast<double>(candidates));
-    request_latency_->Observe(latency_seconds);
+    // OK calls only: refusals answer in microseconds and expiries at their
+    // deadline, and either would bend the latency the SLO is about.
+    if (code == "OK") request_latency_->Observe(latency_seconds);
   }
 
   void OnRejected(const std::string& reason) override {

@@ -1,6 +1,10 @@
 #include "server/ranker_service.h"
 
+#include <google/protobuf/arena.h>
+#include <grpc/support/time.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/async_unary_call.h>
 #include <pthread.h>
 
@@ -16,34 +20,57 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
+
+// A deadline further away than this counts as none (gRPC caps grpc-timeout
+// at 99999999 hours; such a deadline is past what the clocks represent).
+constexpr int64_t kNoDeadlineBeyondSeconds = int64_t{100} * 365 * 24 * 3600;
+
 // The call's deadline on the steady clock (max when the client set none).
+// Read from gRPC's own timespec and saturated, not through
+// ServerContext::deadline(): that converts to system_clock nanoseconds and
+// overflows (signed, undefined) for a grpc-timeout of 2562048H or more, which
+// then read as a deadline long past.
 Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
-  const auto deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
-    return Clock::time_point::max();
-  }
-  const auto left = deadline - std::chrono::system_clock::now();
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+  const gpr_timespec deadline = context.raw_deadline();
+  if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) == 0) return Clock::time_point::max();
+  const gpr_timespec left = gpr_time_sub(deadline, gpr_now(deadline.clock_type));
+  if (left.tv_sec >= kNoDeadlineBeyondSeconds) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(left.tv_sec) +
+                                                                    std::chrono::nanoseconds(left.tv_nsec));
 }
 
 }  // namespace
 
-// One Rank call from its request on a queue to its last event. Its events
-// (requested, finished, done) all come back on its queue, so only that
-// queue's polling thread touches `finished` and `done`. Freed by that thread
-// once both the finish and the done notification have come back (or at once
-// when the request failed because the server shut down: then the call never
-// started and no other event comes). The request proto is read once, by
-// Handle, which converts it into the QueuedRequest's RankInput.
+// One Rank call from its request on a queue to its last event. It arrives
+// through the generic service with its message unread; the message is read
+// (Read) once the call holds one of the read slots, then parsed once, by
+// Handle, which converts the RankRequest into the QueuedRequest's RankInput.
+// Its events (requested, read, finished, done) all come back on its queue,
+// so only that queue's polling thread touches `finished` and `done`. Freed
+// by that thread once both the finish and the done notification have come
+// back (or at once when the request failed because the server shut down:
+// then the call never started and no other event comes).
 class RankerService::RankCall {
  public:
-  enum class Event { kRequested, kFinished, kDone };
+  enum class Event { kRequested, kRead, kFinished, kDone };
   struct Tag {
     RankCall* call;
     Event event;
   };
 
   explicit RankCall(Queue* queue) : queue(queue) { context.AsyncNotifyWhenDone(&done_tag); }
+
+  // Notes the reply's start (a Finish is called next).
+  void StartReply() {
+    reply_started = Clock::now();
+    queue->replies_pending->fetch_add(1, std::memory_order_relaxed);
+  }
+  // Answers with `status` and no message.
+  void FinishWithStatus(const grpc::Status& status) {
+    StartReply();
+    stream.Finish(status, &finished_tag);
+  }
 
   // The last event (of finish and done) frees the call.
   void OnFinished() {
@@ -55,17 +82,34 @@ class RankerService::RankCall {
     if (finished) delete this;
   }
 
+  // The request id for the answer's status ("" until the request parsed).
+  const std::string& request_id() const {
+    static const std::string kNone;
+    return request == nullptr ? kNone : request->request_id();
+  }
+
   Queue* const queue;
-  grpc::ServerContext context;
-  v1::RankRequest request;
-  v1::RankResponse response;
-  grpc::ServerAsyncResponseWriter<v1::RankResponse> responder{&context};
-  Clock::time_point arrival;
-  Clock::time_point reply_started;  // when Finish or FinishWithError was called
+  grpc::GenericServerContext context;
+  grpc::GenericServerAsyncReaderWriter stream{&context};
+  grpc::ByteBuffer request_bytes;  // as received; consumed by the parse
+  // Holds the parsed request and the response: one arena per call, so a
+  // request's many repeated fields cost a few block allocations, not one
+  // each. Blocks are allocated on the first message only.
+  google::protobuf::Arena arena;
+  v1::RankRequest* request = nullptr;  // on `arena`, once parsed
+  grpc::ByteBuffer response_bytes;     // the serialised RankResponse
+  Clock::time_point reply_started;     // when the Finish was called
+  // Read slots (guarded by the service's slots_mu_): waiting for a slot, or
+  // reading since `read_started` (and evicted: cancelled to free its slot).
+  bool waiting_for_slot = false;
+  bool reading = false;
+  bool evicted = false;
+  Clock::time_point read_started;
   Tag requested_tag{this, Event::kRequested};
+  Tag read_tag{this, Event::kRead};
   Tag finished_tag{this, Event::kFinished};
   Tag done_tag{this, Event::kDone};
-  bool finished = false;  // the finish event came back
+  bool finished = false;  // the finish event came back (or none will come)
   bool done = false;      // the done notification came back
 };
 
@@ -78,10 +122,19 @@ int RankerService::CompletionQueueCount() const {
   return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
 }
 
-void RankerService::AddCompletionQueues(grpc::ServerBuilder* builder) {
+int64_t RankerService::ReadSlotCount() const {
+  const int64_t slots = GrpcMemoryQuotaBytes(config_) / (2 * config_.grpc_max_receive_message_bytes);
+  return std::clamp<int64_t>(slots, 1, kMaxReadSlots);
+}
+
+void RankerService::AddToBuilder(grpc::ServerBuilder* builder) {
+  builder->RegisterService(this);
+  builder->RegisterAsyncGenericService(&generic_service_);
+  free_read_slots_ = ReadSlotCount();
   for (int i = CompletionQueueCount(); i > 0; --i) {
     auto queue = std::make_unique<Queue>();
     queue->cq = builder->AddCompletionQueue();
+    queue->replies_pending = &replies_pending_;
     queues_.push_back(std::move(queue));
   }
 }
@@ -120,13 +173,91 @@ void RankerService::RequestCall(Queue* queue) {
   std::lock_guard<std::mutex> lock(queue->mu);
   if (queue->shut_down) return;
   RankCall* raw = call.release();  // owned by its events from here on
-  RequestRank(&raw->context, &raw->request, &raw->responder, queue->cq.get(), queue->cq.get(), &raw->requested_tag);
+  generic_service_.RequestCall(&raw->context, &raw->stream, queue->cq.get(), queue->cq.get(), &raw->requested_tag);
+}
+
+void RankerService::ReadWhenASlotIsFree(RankCall* call) {
+  RankCall* victim = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    if (free_read_slots_ > 0) {
+      --free_read_slots_;
+      StartReadLocked(call);
+      return;
+    }
+    call->waiting_for_slot = true;
+    waiting_.push_back(call);
+    victim = EvictLocked(Clock::now());
+  }
+  if (victim != nullptr) victim->context.TryCancel();
+}
+
+void RankerService::StartReadLocked(RankCall* call) {
+  call->reading = true;
+  call->read_started = Clock::now();
+  reading_.push_back(call);
+  call->stream.Read(&call->request_bytes, &call->read_tag);
+}
+
+RankerService::RankCall* RankerService::EvictLocked(Clock::time_point now) {
+  if (waiting_.empty()) return nullptr;
+  for (RankCall* oldest : reading_) {
+    if (oldest->evicted) continue;
+    if (now - oldest->read_started < kEvictReadAfter) return nullptr;
+    oldest->evicted = true;
+    return oldest;
+  }
+  return nullptr;
+}
+
+void RankerService::MaybeEvict() {
+  RankCall* victim = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    victim = EvictLocked(Clock::now());
+  }
+  if (victim != nullptr) victim->context.TryCancel();
+}
+
+bool RankerService::ReleaseReadSlot(RankCall* call) {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  call->reading = false;
+  reading_.erase(std::find(reading_.begin(), reading_.end(), call));
+  if (waiting_.empty()) {
+    ++free_read_slots_;
+  } else {
+    // Newest first: a stream that never finishes its message is evicted and
+    // opened again, so in arrival order a new call would wait behind every
+    // such stream for kEvictReadAfter each; the newest is most likely a call
+    // whose message has just arrived whole.
+    RankCall* next = waiting_.back();
+    waiting_.pop_back();
+    next->waiting_for_slot = false;
+    StartReadLocked(next);  // the slot passes on
+  }
+  return call->evicted;
+}
+
+bool RankerService::ForgetWaiting(RankCall* call) {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  if (!call->waiting_for_slot) return false;
+  call->waiting_for_slot = false;
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), call));
+  return true;
 }
 
 void RankerService::Poll(Queue* queue) {
   void* tag = nullptr;
   bool ok = false;
-  while (queue->cq->Next(&tag, &ok)) {
+  for (;;) {
+    // Wakes up at least every kEvictReadAfter / 2 so that calls waiting for
+    // a read slot get one even while nothing else happens.
+    const auto next = queue->cq->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kEvictReadAfter / 2);
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      MaybeEvict();
+      continue;
+    }
     RankCall::Tag* event = static_cast<RankCall::Tag*>(tag);
     RankCall* call = event->call;
     switch (event->event) {
@@ -136,17 +267,54 @@ void RankerService::Poll(Queue* queue) {
           break;
         }
         RequestCall(queue);  // keep kCallsRequestedPerQueue waiting
-        Handle(call);
+        if (call->context.method() != kRankMethod) {
+          call->FinishWithStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                              "unknown method '" + call->context.method().substr(0, 128) + "'"));
+          break;
+        }
+        ReadWhenASlotIsFree(call);
         break;
+      case RankCall::Event::kRead: {
+        const bool evicted = ReleaseReadSlot(call);
+        if (ok) {
+          Handle(call);
+          break;
+        }
+        // No message: evicted to free its slot, cancelled by its client, or
+        // the client closed its side without sending one.
+        const Status status =
+            evicted ? Status::ResourceExhausted(
+                          "request message not received within " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kEvictReadAfter).count()) +
+                          " ms while other calls waited to be read")
+                    : Status::InvalidArgument("no request message");
+        metrics_->OnRejected(evicted ? "slow_request" : "invalid_argument");
+        metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(call->read_started));
+        call->FinishWithStatus(ToGrpcStatus(status, ""));
+        break;
+      }
       case RankCall::Event::kFinished:
         metrics_->OnResponseSent(SecondsSince(call->reply_started));
+        replies_pending_.fetch_sub(1, std::memory_order_release);
         call->OnFinished();
         break;
       case RankCall::Event::kDone:
+        // A call still waiting for a read slot whose client went away gets
+        // no read and no answer: it is done here.
+        if (ForgetWaiting(call)) call->finished = true;
         call->OnDone();
         break;
     }
   }
+}
+
+bool RankerService::WaitRepliesSent(Clock::time_point give_up) const {
+  // Drain only: a short poll keeps the reply path free of any notification.
+  while (replies_pending_.load(std::memory_order_acquire) > 0) {
+    if (Clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 void RankerService::SetReady(ModelManager* models, Batcher* batcher) {
@@ -157,6 +325,15 @@ void RankerService::SetReady(ModelManager* models, Batcher* batcher) {
 
 void RankerService::SetDraining() { state_.store(kDraining, std::memory_order_release); }
 
+Status RankerService::RefuseUnlessServing(int state, Clock::time_point arrival) {
+  if (state == kServing) return Status::Ok();
+  const bool loading = state == kLoading;
+  const Status status = Status::Unavailable(loading ? "model is still loading" : "server is shutting down");
+  metrics_->OnRejected(loading ? "not_ready" : "shutting_down");
+  metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
+  return status;
+}
+
 Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   const Clock::time_point arrival = queued->arrival;
   auto reject = [&](const Status& status, const char* reason) {
@@ -164,9 +341,7 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
     metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(arrival));
     return status;
   };
-  const int state = state_.load(std::memory_order_acquire);
-  if (state == kLoading) return reject(Status::Unavailable("model is still loading"), "not_ready");
-  if (state == kDraining) return reject(Status::Unavailable("server is shutting down"), "shutting_down");
+  RETURN_IF_ERROR(RefuseUnlessServing(state_.load(std::memory_order_acquire), arrival));
 
   const int64_t kept = static_cast<int64_t>(queued->input.history.size());  // truncated at the door
   queued->candidates = static_cast<int64_t>(queued->input.candidates.size());
@@ -189,40 +364,71 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   return Status::Ok();
 }
 
+Status RankerService::ParseRequest(RankCall* call) {
+  const size_t bytes = call->request_bytes.Length();
+  call->request = google::protobuf::Arena::CreateMessage<v1::RankRequest>(&call->arena);
+  if (!grpc::SerializationTraits<v1::RankRequest>::Deserialize(&call->request_bytes, call->request).ok()) {
+    call->request->Clear();  // a partial parse may hold a bogus request_id
+    return Status::InvalidArgument("request message (" + std::to_string(bytes) +
+                                   " bytes) does not parse as a jagrank.v1.RankRequest");
+  }
+  // The exact size is known here (gRPC's receive cap bounded the parse).
+  if (bytes > static_cast<size_t>(config_.max_request_bytes)) {
+    return Status::InvalidArgument("request message is " + std::to_string(bytes) +
+                                   " bytes: exceeds max_request_bytes = " + std::to_string(config_.max_request_bytes));
+  }
+  return Status::Ok();
+}
+
 void RankerService::Handle(RankCall* call) {
   auto queued = std::make_unique<QueuedRequest>();
   queued->arrival = Clock::now();
   queued->deadline = SteadyDeadline(call->context);
-  Status admitted;
-  if (state_.load(std::memory_order_acquire) == kServing) {
-    // The protobuf stops here: converted and validated into a RankInput, for
-    // the version serving now (held only for this conversion).
+  // The protobuf stops here: parsed (also while loading or draining, so that
+  // the refusal names the request), then converted and validated into a
+  // RankInput for the version serving now (held only for this conversion).
+  Status admitted = ParseRequest(call);
+  const int state = state_.load(std::memory_order_acquire);
+  if (admitted.ok() && state == kServing) {
     std::shared_ptr<const ServedModel> served = models_->Current();
-    admitted = served->converter.Convert(call->request, &queued->input);
+    admitted = served->converter.Convert(*call->request, &queued->input);
     queued->request_contract = served->request_contract;
-    if (!admitted.ok()) {
-      metrics_->OnRejected("invalid_argument");
-      metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
-    }
+  }
+  if (!admitted.ok()) {
+    metrics_->OnRejected("invalid_argument");
+    metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
+  } else {
+    // Not converted unless serving: refused here, whatever the state is now.
+    admitted = RefuseUnlessServing(state, queued->arrival);
   }
   if (admitted.ok()) {
-    queued->request_id = call->request.request_id();
+    queued->request_id = call->request_id();
     // True only once the done notification has come back (the async API's
     // IsCancelled), which is when a cancelled call can be told apart.
     queued->is_cancelled = [call] { return call->context.IsCancelled(); };
     // Runs on an executor thread; the call may be freed as soon as Finish is
     // started, so nothing touches it after.
     queued->finish = [call](const Status& status, const float* scores, int64_t count, const std::string& version) {
-      if (status.ok()) FillRankResponse(call->request.request_id(), version, scores, count, &call->response);
-      call->reply_started = Clock::now();
-      call->responder.Finish(call->response, ToGrpcStatus(status, call->request.request_id()), &call->finished_tag);
+      if (!status.ok()) {
+        call->FinishWithStatus(ToGrpcStatus(status, call->request_id()));
+        return;
+      }
+      auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
+      FillRankResponse(call->request_id(), version, scores, count, response);
+      bool own_buffer = false;
+      const grpc::Status serialized =
+          grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
+      if (!serialized.ok()) {
+        call->FinishWithStatus(ToGrpcStatus(
+            Status::Internal("cannot serialise the response: " + serialized.error_message()), call->request_id()));
+        return;
+      }
+      call->StartReply();
+      call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
     };
     admitted = Admit(std::move(queued));
   }
-  if (!admitted.ok()) {
-    call->reply_started = Clock::now();
-    call->responder.FinishWithError(ToGrpcStatus(admitted, call->request.request_id()), &call->finished_tag);
-  }
+  if (!admitted.ok()) call->FinishWithStatus(ToGrpcStatus(admitted, call->request_id()));
 }
 
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {

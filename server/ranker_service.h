@@ -12,10 +12,14 @@
 #ifndef JAGRANK_SERVER_RANKER_SERVICE_H_
 #define JAGRANK_SERVER_RANKER_SERVICE_H_
 
+#include <absl/base/thread_annotations.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server_builder.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -33,8 +37,21 @@
 
 namespace jagrank {
 
+// Rank is served through gRPC's async generic service (MarkMethodGeneric):
+// its calls arrive before their message is read, and the service reads a
+// message only while it holds one of ReadSlotCount() read slots. gRPC opens
+// a stream's flow-control window to the whole declared message size once a
+// read is pending, so the slots bound the bytes that partly received
+// messages can hold: slots x grpc_max_receive_message_bytes (half the memory
+// quota); calls beyond them wait unread, each holding at most the stream's
+// initial window. When calls wait, a read that has taken longer than
+// kEvictReadAfter is cancelled (RESOURCE_EXHAUSTED, rejection
+// "slow_request") to free its slot: streams that declare a large message
+// and never finish it cannot hold the slots. The handler parses the bytes
+// itself, onto a per-call protobuf arena, so bytes that are not a
+// RankRequest get INVALID_ARGUMENT naming the problem.
 class RankerService final
-    : public v1::Ranker::WithAsyncMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
+    : public v1::Ranker::WithGenericMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
  public:
   // Starts in the loading state: every call answers UNAVAILABLE until
   // SetReady. `config` and `metrics` must outlive the service.
@@ -42,9 +59,10 @@ class RankerService final
   // StopPolling()s. REQUIRES: the grpc::Server is shut down (or was never built).
   ~RankerService();
 
-  // Adds the completion queues Rank is served on. Call once, before
+  // Registers the service (and the generic service Rank arrives through)
+  // and adds the completion queues Rank is served on. Call once, before
   // builder->BuildAndStart().
-  void AddCompletionQueues(grpc::ServerBuilder* builder);
+  void AddToBuilder(grpc::ServerBuilder* builder);
   // Requests the first calls on every queue and starts one polling thread
   // per queue. Call once, after BuildAndStart() succeeded.
   void StartPolling();
@@ -65,6 +83,10 @@ class RankerService final
 
   // Accepted calls not yet finished.
   int64_t inflight() const { return inflight_.load(); }
+  // Waits until every Rank reply handed to gRPC (answers and refusals) is
+  // reported sent, or until `give_up`; false when some are still pending.
+  // Thread-safe.
+  bool WaitRepliesSent(Clock::time_point give_up) const;
   // SetReady ran and SetDraining did not: what health reports as SERVING.
   bool serving() const { return state_.load(std::memory_order_acquire) == kServing; }
   // SetReady ran (the model is there, draining or not).
@@ -92,9 +114,17 @@ class RankerService final
   // calls finds requested ones waiting instead of queueing inside gRPC
   // until a polling thread requests the next.
   static constexpr int kCallsRequestedPerQueue = 32;
+  // Rank messages read at once: half of GrpcMemoryQuotaBytes(config) over
+  // grpc_max_receive_message_bytes, 1 to kMaxReadSlots.
+  int64_t ReadSlotCount() const;
+  static constexpr int64_t kMaxReadSlots = 4096;
+  // A read this old is cancelled when other calls wait for a slot. A
+  // request of a few KiB arrives with its call; 4 MiB over a 1 Gbit/s link
+  // take ~35 ms.
+  static constexpr std::chrono::milliseconds kEvictReadAfter{100};
 
  private:
-  class RankCall;  // one Rank call: its context, messages, responder and events
+  class RankCall;  // one Rank call: its context, stream, messages and events
   enum State { kLoading, kServing, kDraining };
 
   // One queue and what its polling thread owns.
@@ -103,12 +133,32 @@ class RankerService final
     std::thread poller;
     std::mutex mu;              // held while requesting a call on `cq`
     bool shut_down = false;     // guarded by mu; no more requests on `cq`
+    std::atomic<int64_t>* replies_pending = nullptr;  // the service's replies_pending_
   };
 
   // Requests one new Rank call on `queue` unless it is shut down.
   void RequestCall(Queue* queue);
+  // Read slots. Reads `call`'s message now if a slot is free, otherwise
+  // queues it (and evicts the oldest read if it is past kEvictReadAfter).
+  void ReadWhenASlotIsFree(RankCall* call);
+  void StartReadLocked(RankCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slots_mu_);
+  // The oldest read past kEvictReadAfter while calls wait, marked evicted
+  // (the caller cancels it outside the lock), or null.
+  RankCall* EvictLocked(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slots_mu_);
+  void MaybeEvict();
+  // `call`'s read came back: its slot goes to the newest waiting call (whose
+  // read starts) or back to the pool. True when `call` had been evicted.
+  bool ReleaseReadSlot(RankCall* call);
+  // Takes `call` off the waiting list; false when it was not on it.
+  bool ForgetWaiting(RankCall* call);
   void Poll(Queue* queue);
-  // A new call on a completion queue: Admit, or answer at once.
+  // OK in kServing; otherwise UNAVAILABLE, counted (rejection "not_ready" or
+  // "shutting_down").
+  Status RefuseUnlessServing(int state, Clock::time_point arrival);
+  // Parses the call's request bytes onto its arena: INVALID_ARGUMENT when
+  // they exceed max_request_bytes or are not a RankRequest.
+  Status ParseRequest(RankCall* call);
+  // A new call on a completion queue: parse, convert, Admit, or answer at once.
   void Handle(RankCall* call);
 
   const ServerConfig& config_;
@@ -117,7 +167,13 @@ class RankerService final
   Batcher* batcher_ = nullptr;      // set once before state_ becomes kServing
   std::atomic<int> state_{kLoading};
   std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> replies_pending_{0};  // Finish/FinishWithError called, finish event not back yet
   std::vector<std::unique_ptr<Queue>> queues_;
+  grpc::AsyncGenericService generic_service_;  // Rank's calls arrive here, unread
+  std::mutex slots_mu_;
+  int64_t free_read_slots_ ABSL_GUARDED_BY(slots_mu_) = 0;
+  std::deque<RankCall*> reading_ ABSL_GUARDED_BY(slots_mu_);  // oldest read first
+  std::deque<RankCall*> waiting_ ABSL_GUARDED_BY(slots_mu_);  // for a slot, in arrival order (served newest first)
   bool stopped_ = false;  // StopPolling ran; touched by the owner's thread only
 };
 

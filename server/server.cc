@@ -3,10 +3,15 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -15,6 +20,55 @@
 #include "common/process.h"
 
 namespace jagrank {
+
+namespace {
+
+// How long the listener's shutdown waits for the calls still open once every
+// Rank reply is sent (refusals of calls that raced it; streams a client holds
+// open) before cancelling them.
+constexpr std::chrono::milliseconds kShutdownGrace{100};
+
+// Readable and holding a PEM block, or an error naming the key and the file.
+Status CheckPemFile(const char* key, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(std::string("server config ") + key + ": cannot open '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return Status::InvalidArgument(std::string("server config ") + key + ": '" + path + "' holds no PEM block");
+  }
+  return Status::Ok();
+}
+
+// Plaintext, TLS or mTLS (server/server_config.h: tls_*). gRPC's file
+// watcher re-reads the files every tls_reload_interval_s; they are checked
+// here first so that a wrong path fails the start rather than every handshake.
+Status MakeServerCredentials(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials>* out) {
+  if (config.tls_cert_file.empty()) {
+    *out = grpc::InsecureServerCredentials();
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(CheckPemFile("tls_cert_file", config.tls_cert_file));
+  RETURN_IF_ERROR(CheckPemFile("tls_key_file", config.tls_key_file));
+  const bool mtls = !config.tls_client_ca_file.empty();
+  if (mtls) RETURN_IF_ERROR(CheckPemFile("tls_client_ca_file", config.tls_client_ca_file));
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      config.tls_key_file, config.tls_cert_file, config.tls_client_ca_file,
+      static_cast<unsigned int>(config.tls_reload_interval_s));
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (mtls) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  *out = grpc::experimental::TlsServerCredentials(options);
+  if (*out == nullptr) return Status::InvalidArgument("server config tls_*: gRPC refused the TLS settings");
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status LoadModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>>* out) {
   out->clear();
@@ -92,12 +146,13 @@ Status JagrankServer::Start() {
   // say it in plain words before trying.
   RETURN_IF_ERROR(CheckAddressFree("grpc_address", config_.grpc_address));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  RETURN_IF_ERROR(MakeServerCredentials(config_, &credentials));
+  builder.AddListeningPort(config_.grpc_address, credentials, &port_);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
   // same port and silently take a share of the connections: refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.RegisterService(service_.get());
-  service_->AddCompletionQueues(&builder);
+  service_->AddToBuilder(&builder);
   if (config_.grpc_max_concurrent_streams > 0) {
     // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls beyond it wait in the
     // client's channel instead of opening streams here.
@@ -119,6 +174,20 @@ Status JagrankServer::Start() {
     }
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
+  // One memory bound for every connection: streams that declare large
+  // messages and never finish them fill gRPC's buffers up to the quota, and
+  // no further (gRPC then grants smaller windows and cancels streams).
+  grpc::ResourceQuota quota("jagrank-server");
+  quota.Resize(static_cast<size_t>(GrpcMemoryQuotaBytes(config_)));
+  builder.SetResourceQuota(quota);
+  if (config_.grpc_max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(config_.grpc_max_connection_idle_ms));
+  }
+  if (config_.grpc_max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, static_cast<int>(config_.grpc_max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(config_.grpc_max_connection_age_grace_ms));
+  }
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
     return Status::Unavailable("grpc_address '" + config_.grpc_address + "': cannot listen (gRPC's log says why)");
@@ -217,7 +286,14 @@ Status JagrankServer::Drain() {
   // rather than a transport-level cancel when the listener closes.
   spdlog::debug("drain: accepted work done after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
-  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Every Rank answer is written before the listener goes. The calls left
+  // after that are short (a GetModelInfo) or held open by their clients: a
+  // health Watch stream never ends by itself (gRPC's health service ends it
+  // only when destroyed), nor does an idle reflection stream. Shutdown
+  // waits for them only kShutdownGrace, then cancels them; watchers saw
+  // NOT_SERVING when the drain began.
+  if (!service_->WaitRepliesSent(give_up)) spdlog::warn("drain: Rank replies still unsent at drain_timeout_ms");
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   // Rank's completion queues go after the server (gRPC's order); every call
   // still held is freed as its queue drains.

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -279,6 +281,23 @@ const std::vector<Knob>& Knobs() {
       // Several executors.
       Int("instances_per_device", Member(&S::instances_per_device), 1, 16,
           "executors per device entry, each with its own model instance, all fed by one batcher"),
+      // Hostile load: memory bound, connection limits, TLS.
+      Int("grpc_memory_quota_bytes", Member(&S::grpc_memory_quota_bytes), 0, INT64_MAX,
+          "bytes gRPC may hold for all connections (partly received messages, buffers); 0 = a quarter of the "
+          "machine's or the cgroup's memory"),
+      Int("grpc_max_connection_idle_ms", Member(&S::grpc_max_connection_idle_ms), 0, kMaxInt,
+          "close a connection with no call for this long; 0 = never"),
+      Int("grpc_max_connection_age_ms", Member(&S::grpc_max_connection_age_ms), 0, kMaxInt,
+          "ask a connection older than this to go away (clients reconnect); 0 = no age limit"),
+      Int("grpc_max_connection_age_grace_ms", Member(&S::grpc_max_connection_age_grace_ms), 0, kMaxInt,
+          "after that, its calls get this long to finish before it is closed"),
+      Text("tls_cert_file", Member(&S::tls_cert_file), AnyText,
+           "PEM certificate chain of the gRPC port (with tls_key_file: TLS); '' = plaintext"),
+      Text("tls_key_file", Member(&S::tls_key_file), AnyText, "PEM private key of tls_cert_file"),
+      Text("tls_client_ca_file", Member(&S::tls_client_ca_file), AnyText,
+           "PEM CA bundle: clients must present a certificate it signed (mTLS); '' = no client certificates"),
+      Int("tls_reload_interval_s", Member(&S::tls_reload_interval_s), 1, 86400,
+          "re-read the TLS files this often (a renewed certificate needs no restart)"),
   };
   return kKnobs;
 }
@@ -342,6 +361,46 @@ Status ParseMap(const YAML::Node& map, const std::string& prefix, ServerConfig* 
     RETURN_IF_ERROR(SetKnob(*knob, KeyLabel(key), text, config, given));
   }
   return Status::Ok();
+}
+
+Status ValidateHostileLoadKeys(const ServerConfig& c) {
+  if (c.grpc_memory_quota_bytes < 0) {
+    return Status::InvalidArgument("server config grpc_memory_quota_bytes: must be >= 0 (0 = a quarter of memory)");
+  }
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"grpc_max_connection_idle_ms",
+                                                                     c.grpc_max_connection_idle_ms},
+                                    {"grpc_max_connection_age_ms", c.grpc_max_connection_age_ms},
+                                    {"grpc_max_connection_age_grace_ms", c.grpc_max_connection_age_grace_ms}}) {
+    if (value < 0 || value > INT32_MAX) {
+      return Status::InvalidArgument(std::string("server config ") + name + " = " + std::to_string(value) +
+                                     ": must be in [0, 2^31-1] (0 = no limit)");
+    }
+  }
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return Status::InvalidArgument(
+        "server config tls_cert_file and tls_key_file: give both (TLS) or neither (plaintext)");
+  }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    return Status::InvalidArgument("server config tls_client_ca_file: needs tls_cert_file and tls_key_file");
+  }
+  if (c.tls_reload_interval_s < 1 || c.tls_reload_interval_s > 86400) {
+    return Status::InvalidArgument("server config tls_reload_interval_s = " + std::to_string(c.tls_reload_interval_s) +
+                                   ": must be in [1, 86400]");
+  }
+  return Status::Ok();
+}
+
+// Physical memory, or the cgroup (v2) memory limit when that is lower.
+int64_t MachineMemoryBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  std::ifstream limit("/sys/fs/cgroup/memory.max");
+  std::string text;
+  if (limit >> text && text != "max") {
+    char* end = nullptr;
+    const long long cgroup = std::strtoll(text.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && cgroup > 0 && cgroup < bytes) bytes = cgroup;
+  }
+  return bytes;
 }
 
 std::string ShownValue(const std::string& text) { return text.empty() ? "''" : text; }
@@ -519,6 +578,10 @@ const std::vector<ReservedGrpcChannelArg>& ServerReservedGrpcChannelArgs() {
       {GRPC_ARG_MAX_CONCURRENT_STREAMS, "set it with grpc_max_concurrent_streams"},
       {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, "set it with grpc_max_receive_message_bytes"},
       {GRPC_ARG_ALLOW_REUSEPORT, "jagrank-server never shares its port with a second server"},
+      {GRPC_ARG_MAX_CONNECTION_IDLE_MS, "set it with grpc_max_connection_idle_ms"},
+      {GRPC_ARG_MAX_CONNECTION_AGE_MS, "set it with grpc_max_connection_age_ms"},
+      {GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, "set it with grpc_max_connection_age_grace_ms"},
+      {GRPC_ARG_RESOURCE_QUOTA, "set it with grpc_memory_quota_bytes"},
       // Measured on gRPC 1.51 (server_grpc_test): with it a request above the
       // cap reaches jagrank's parser whole instead of being refused by gRPC.
       {GRPC_ARG_MINIMAL_STACK, "it drops gRPC's receive-size cap (grpc_max_receive_message_bytes)"},
@@ -547,7 +610,13 @@ Status ValidateServerConfig(const ServerConfig& c) {
                    "model_repository and model_config/model_weights are mutually exclusive: each repository "
                    "version carries its own model.yaml and model.safetensors");
   }
+  RETURN_IF_ERROR(ValidateHostileLoadKeys(c));
   return Status::Ok();
+}
+
+int64_t GrpcMemoryQuotaBytes(const ServerConfig& config) {
+  if (config.grpc_memory_quota_bytes > 0) return config.grpc_memory_quota_bytes;
+  return MachineMemoryBytes() / 4;
 }
 
 std::vector<std::string> DeviceList(const std::string& device) {

@@ -67,7 +67,39 @@ struct ServerConfig {
   // Several executors (server/executor.h): this many per entry of the
   // device list, each with its own model instance, all fed by one batcher.
   int instances_per_device = 1;
+
+  // ---- Hostile load: memory bound, connection limits, admission, TLS ----
+  // Bytes gRPC may hold for all connections together (partly received
+  // messages, read buffers): gRPC's resource quota. Near it gRPC shrinks the
+  // flow-control windows it grants and cancels streams (RST_STREAM) to
+  // reclaim memory. 0 = a quarter of the machine's memory (or of the
+  // cgroup's limit, when lower): GrpcMemoryQuotaBytes().
+  int64_t grpc_memory_quota_bytes = 0;
+  // A connection with no call for this long is closed (clients reconnect
+  // when they need to); 0 = never.
+  int64_t grpc_max_connection_idle_ms = 300000;
+  // A connection older than this is asked to go away (GOAWAY; clients
+  // reconnect), and its calls get grpc_max_connection_age_grace_ms more to
+  // finish before it is closed: no stream, finished or not, holds memory
+  // longer than the sum. 0 = no age limit.
+  int64_t grpc_max_connection_age_ms = 1800000;
+  int64_t grpc_max_connection_age_grace_ms = 30000;
+  // TLS on the gRPC port: PEM files of the server's certificate chain and
+  // private key (both, or neither = plaintext). With tls_client_ca_file,
+  // clients must present a certificate signed by one of its CAs (mTLS).
+  // The files are re-read every tls_reload_interval_s, so a renewed
+  // certificate takes effect without a restart.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  int64_t tls_reload_interval_s = 60;
 };
+
+// The resource quota the server gives gRPC: config.grpc_memory_quota_bytes,
+// or when that is 0 a quarter of the physical memory or of the cgroup's
+// memory limit, whichever is lower.
+int64_t GrpcMemoryQuotaBytes(const ServerConfig& config);
+
 
 // The entries of a device list ("cuda:0,cuda:1"), as written.
 std::vector<std::string> DeviceList(const std::string& device);

@@ -22,3 +22,6 @@ target_include_directories(server_reload_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR
 # Several executors on one batcher (CPU).
 jagrank_add_test(NAME server_executors_test SOURCES server_executors_test.cc LIBS jagrank_server TIMEOUT 120)
 target_include_directories(server_executors_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# Hostile connections against the in-process server (memory quota).
+jagrank_add_test(NAME server_hostile_test SOURCES server_hostile_test.cc LIBS jagrank_server TIMEOUT 120)
+target_include_directories(server_hostile_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

@@ -20,6 +20,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/rank_request.h"
 #include "server/server.h"
+#include "raw_h2_client.h"
 #include "server_test_helpers.h"
 
 namespace jagrank {
@@ -409,6 +410,144 @@ TEST_F(ServerGrpcTest, BadRequestInABurstLeavesTheOthersIntact) {
   EXPECT_GT(metrics_.max_batch_requests(), 1);
 }
 
+// Dense values of +-3e38 are finite (they pass the door) but overflow the
+// bottom MLP: that request's scores are NaN. It gets INVALID_ARGUMENT naming
+// the cause instead of OK with NaN; the requests computed in the same batch
+// get their exact scores.
+TEST_F(ServerGrpcTest, NonFiniteScoresAreAnErrorAndTheRestOfTheBatchIsIntact) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 200000; });
+  constexpr int kCalls = 8, kHuge = 5;
+  std::vector<v1::RankRequest> requests;
+  for (int i = 0; i < kCalls; ++i) {
+    v1::RankRequest r = MakeRequest(600 + i, 2 + i, 3 + i, model_config_);
+    if (i == kHuge) {
+      for (int j = 0; j < r.dense_features_size(); ++j) r.set_dense_features(j, j % 2 ? -3e38f : 3e38f);
+    }
+    requests.push_back(std::move(r));
+  }
+  // The premise: alone, the model gives this request non-finite scores.
+  const std::vector<float> alone = server_test::ForwardAlone(oracle_.get(), requests[kHuge]);
+  ASSERT_FALSE(alone.empty());
+  ASSERT_TRUE(std::any_of(alone.begin(), alone.end(), [](float v) { return !std::isfinite(v); }))
+      << "dense values of 3e38 no longer overflow the model: pick larger ones";
+
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (const auto& r : requests) calls.push_back(SendRank(stub_.get(), r));
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s)) << i;
+    if (i == kHuge) {
+      EXPECT_EQ(calls[i]->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << "scores " << (calls[i]->response.scores_size() > 0 ? calls[i]->response.scores(0) : 0.0f);
+      const std::string& message = calls[i]->status.error_message();
+      EXPECT_NE(message.find(requests[i].request_id()), std::string::npos) << message;
+      EXPECT_NE(message.find("not finite"), std::string::npos) << message;
+      EXPECT_NE(message.find("3e+38"), std::string::npos) << message;
+    } else {
+      ExpectMatchesOracle(requests[i], *calls[i]);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    EXPECT_NE(std::find(log_.batch_requests.begin(), log_.batch_requests.end(), kCalls), log_.batch_requests.end())
+        << "the burst was not computed as one batch";
+  }
+  EXPECT_EQ(metrics_.rejected("non_finite_scores"), 1);
+  EXPECT_EQ(metrics_.done("INVALID_ARGUMENT"), 1);
+  EXPECT_EQ(metrics_.done("OK"), kCalls - 1);
+}
+
+// grpc-timeout values from 2562048H up overflow a conversion of the deadline
+// to system_clock nanoseconds; the server reads them as no deadline instead
+// of as one long past (which answered DEADLINE_EXCEEDED at once, no scores).
+// gRPC's own client caps the timeouts it sends, so these go out raw.
+TEST_F(ServerGrpcTest, HugeGrpcTimeoutIsNoDeadline) {
+  StartServer();
+  const v1::RankRequest request = MakeRequest(80, 3, 4, model_config_);
+  const std::string bytes = request.SerializeAsString();
+  for (const char* timeout : {"2562047H", "2562048H", "3000000H", "99999999H", "1000000000H"}) {
+    testing::RawH2Client h2;
+    ASSERT_TRUE(h2.Connect(server_->port()));
+    ASSERT_TRUE(h2.SendRequestHeaders(1, "/jagrank.v1.Ranker/Rank", {{"grpc-timeout", timeout}}));
+    ASSERT_TRUE(h2.SendData(1, testing::RawH2Client::GrpcPrefix(bytes.size()) + bytes, /*end_stream=*/true));
+    std::string message;
+    ASSERT_TRUE(h2.ReadMessage(1, &message, std::chrono::steady_clock::now() + 10s))
+        << "grpc-timeout " << timeout << ": no response message";
+    v1::RankResponse response;
+    ASSERT_TRUE(response.ParseFromString(message)) << timeout;
+    EXPECT_EQ(response.scores_size(), request.candidate_item_ids_size()) << timeout;
+  }
+  EXPECT_EQ(metrics_.rejected("deadline"), 0);
+  EXPECT_EQ(metrics_.done("OK"), 5);
+}
+
+// Bytes that do not parse as a RankRequest are the client's error:
+// INVALID_ARGUMENT naming the message type (gRPC's typed handler answered
+// INTERNAL "Unable to parse request").
+TEST_F(ServerGrpcTest, BytesThatAreNotARankRequestAreInvalidArgument) {
+  StartServer();
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  // Field 1 (request_id) declares 5 bytes and carries 2; then a varint that never ends.
+  for (const std::string& bytes : {std::string("\x0a\x05" "ab", 4), std::string("\x10\xff\xff\xff", 4)}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::Status status;
+    auto call = stub.PrepareUnaryCall(&context, "/jagrank.v1.Ranker/Rank", request, &cq);
+    call->StartCall();
+    call->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("does not parse as a jagrank.v1.RankRequest"), std::string::npos)
+        << status.error_message();
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  EXPECT_EQ(metrics_.rejected("invalid_argument"), 2);
+  EXPECT_EQ(metrics_.done("INVALID_ARGUMENT"), 2);
+  // A well-formed request still works on the same connection.
+  const v1::RankRequest good = MakeRequest(81, 2, 3, model_config_);
+  auto call = SendRank(stub_.get(), good);
+  ASSERT_TRUE(call->Wait(20s));
+  ExpectMatchesOracle(good, *call);
+}
+
+// An open health Watch stream ends when the server drains (the health
+// service's shutdown finishes it) instead of holding the listener's shutdown
+// for its grace period.
+TEST_F(ServerGrpcTest, OpenHealthWatchDoesNotDelayTheDrain) {
+  StartServer();
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 60s);
+  grpc::health::v1::HealthCheckRequest request;
+  auto reader = health->Watch(&context, request);
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  std::atomic<bool> ended{false};
+  std::thread watcher([&] {
+    grpc::health::v1::HealthCheckResponse update;
+    while (reader->Read(&update)) {
+    }
+    ended = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(server_->Drain().ok());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  watcher.join();
+  EXPECT_TRUE(ended);
+  const grpc::Status status = reader->Finish();
+  EXPECT_FALSE(status.ok());
+  EXPECT_LT(seconds, 1.0) << "the open Watch stream held the drain";
+}
+
 // With Forward held, a queue of 3 fills: later calls are refused at once.
 TEST_F(ServerGrpcTest, FullQueueAnswersResourceExhaustedAtOnce) {
   StartServer([](ServerConfig* c) {
@@ -464,7 +603,12 @@ TEST_F(ServerGrpcTest, ExpiredDeadlineIsNeverComputed) {
   // victim may compute, as in the staged-batch test below.
   std::this_thread::sleep_for(50ms);
   ASSERT_NO_FATAL_FAILURE(ReleaseThenExpectNeverComputed(blocker, first.get(), 13, 777777777, "expired"));
-  EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
+  // The client's deadline expiry reaches the server as a cancel: still
+  // counted as a deadline, not as a client cancel.
+  EXPECT_EQ(metrics_.rejected("deadline"), 1);
+  EXPECT_EQ(metrics_.rejected("cancelled"), 0);
+  EXPECT_EQ(metrics_.done("DEADLINE_EXCEEDED"), 1);
+  EXPECT_EQ(metrics_.done("CANCELLED"), 0);
 }
 
 // The executor stages a batch (H2D copy) while the one before it computes.
@@ -500,7 +644,8 @@ TEST_F(ServerGrpcTest, ExpiredRequestOfAStagedBatchIsDroppedAndTheRestRestaged) 
     EXPECT_EQ(log_.staged_requests, (std::vector<int>{1, 2, 1})) << "blocker, the pair, the survivor restaged";
     EXPECT_EQ(log_.batch_requests, (std::vector<int>{1, 1}));
   }
-  EXPECT_EQ(metrics_.rejected("deadline") + metrics_.rejected("cancelled"), 1);
+  EXPECT_EQ(metrics_.rejected("deadline"), 1);
+  EXPECT_EQ(metrics_.rejected("cancelled"), 0);
 }
 
 // dispatch_when_idle, with a batching delay (60 s) far beyond every deadline:

@@ -107,7 +107,8 @@ class ServerProcessTest : public ::testing::Test {
 
   // Starts jagrank-server on `address` (default: a free loopback port) and
   // waits (bounded) for health SERVING.
-  void StartServer(const std::vector<std::string>& extra, const std::string& address = "") {
+  void StartServer(const std::vector<std::string>& extra, const std::string& address = "",
+                   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials()) {
     if (address.empty()) {
       port_ = server_test::FreePort();
       ASSERT_GT(port_, 0);
@@ -128,7 +129,7 @@ class ServerProcessTest : public ::testing::Test {
     channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
     channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
     channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
-    channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
+    channel_ = grpc::CreateCustomChannel(address_, credentials, channel_args);
     auto health = grpc::health::v1::Health::NewStub(channel_);
     const auto give_up = std::chrono::steady_clock::now() + 60s;
     bool serving = false;
@@ -464,12 +465,14 @@ TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   EXPECT_DOUBLE_EQ(r["qps"].get<double>(), r["sent_per_s"].get<double>()) << r.dump();
 
   // Every request over the server's candidate limit: the server's code and
-  // message come back through the trailers.
+  // message come back through the trailers, and a run in which every call
+  // failed exits 1 (still writing its report).
   ASSERT_EQ(RunCommand(load + " --concurrency 4 --duration-s 0.5 --warmup-s 0.1 --candidates-min 41"
                               " --candidates-max 50 --json-out " + json + " 2>&1",
                        &out),
-            0)
+            1)
       << out;
+  EXPECT_NE(out.find("every call failed"), std::string::npos) << out;
   r = nlohmann::json::parse(ReadFile(json));
   EXPECT_EQ(r["requests_ok"].get<int64_t>(), 0) << r.dump();
   EXPECT_GT(r["errors"]["INVALID_ARGUMENT"].get<int64_t>(), 0) << r.dump();
@@ -502,6 +505,156 @@ TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   r = nlohmann::json::parse(ReadFile(json));
   EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << r.dump();
   EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
+  // Each of the 8 slots backs off (10 ms doubling to 1 s) after a refused
+  // call: about 10 tries each in the ~3 s left, not a spin of refusals.
+  EXPECT_LT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 400) << r.dump();
+}
+
+// A port nobody listens on is a connection failure, said so after a few
+// tries with backoff, not a call's "Deadline Exceeded"; exit 1.
+TEST_F(ServerProcessTest, LoadgenReportsAClosedPortAsAConnectionFailure) {
+  const int port = server_test::FreePort();
+  ASSERT_GT(port, 0);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  std::string out;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address +
+                           " --connect-timeout-s 1 --duration-s 1 2>&1",
+                       &out),
+            1)
+      << out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0) << out;
+  EXPECT_NE(out.find("cannot connect to " + address + ": Connection refused"), std::string::npos) << out;
+  EXPECT_NE(out.find("attempts"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Deadline Exceeded"), std::string::npos) << out;
+}
+
+// jagrank-client with nothing to rank prints its usage and exits 2 instead
+// of sending an empty request.
+TEST_F(ServerProcessTest, ClientWithoutArgumentsPrintsUsage) {
+  std::string out;
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " --address 127.0.0.1:1 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("nothing to send"), std::string::npos) << out;
+  EXPECT_NE(out.find("--candidates"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(std::string(JAGRANK_CLIENT_BINARY) + " 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("nothing to send"), std::string::npos) << out;
+}
+
+// Certificates made by openssl for the TLS tests: a CA, a server
+// certificate for localhost and 127.0.0.1, a client certificate, and a
+// second CA with a server certificate of its own. False when openssl failed.
+bool MakeTestCertificates(const std::string& dir) {
+  const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  const std::string script =
+      "set -e; cd " + dir + "; exec >openssl.log 2>&1\n"
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > server.ext\n"
+      "printf 'extendedKeyUsage=clientAuth\\n' > client.ext\n"
+      "for ca in ca ca2; do\n"
+      "  openssl req -x509" + ec + " -keyout $ca.key -out $ca.pem -days 2 -subj /CN=jagrank-test-$ca\n"
+      "done\n"
+      "sign() {  # name ca ext\n"
+      "  openssl req" + ec + " -keyout $1.key -out $1.csr -subj /CN=$1\n"
+      "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key -CAcreateserial -out $1.pem -days 2 -extfile $3\n"
+      "}\n"
+      "sign server ca server.ext; sign client ca client.ext; sign server2 ca2 server.ext\n";
+  std::ofstream(dir + "/certs.sh") << script;
+  std::string out;
+  return RunCommand("sh " + dir + "/certs.sh", &out) == 0;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TrustingCa(const std::string& ca_path) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadFile(ca_path);
+  return grpc::SslCredentials(options);
+}
+
+// TLS on the gRPC port: the client and the loadgen speak it (--tls-ca);
+// plaintext against it fails, and so does a client trusting another CA.
+// With --tls-client-ca (mTLS) a client without a certificate is refused and
+// one with a certificate of that CA is served. The server re-reads its
+// certificate files: replaced by ones of a second CA, they are what the
+// next connection is shown (tls_reload_interval_s: 1).
+TEST_F(ServerProcessTest, TlsAndMutualTls) {
+  ASSERT_TRUE(MakeTestCertificates(dir_)) << ReadFile(dir_ + "/openssl.log");
+  const std::string client = std::string(JAGRANK_CLIENT_BINARY) + " --candidates 5,6,7 --timeout-ms 3000";
+  std::string out;
+
+  // TLS (server certificate only). The files are copies, replaced below.
+  ASSERT_EQ(RunCommand("cp " + dir_ + "/server.pem " + dir_ + "/live.pem && cp " + dir_ + "/server.key " + dir_ +
+                           "/live.key",
+                       &out),
+            0);
+  std::ofstream(dir_ + "/tls.yaml") << "tls_cert_file: " << dir_ << "/live.pem\ntls_key_file: " << dir_
+                                    << "/live.key\ntls_reload_interval_s: 1\n";
+  StartServer({"--config", dir_ + "/tls.yaml"}, "", TrustingCa(dir_ + "/ca.pem"));
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("tls=on"), std::string::npos);
+  EXPECT_EQ(RunCommand(client + " --address " + address_ + " --tls-ca " + dir_ + "/ca.pem 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("candidates=3"), std::string::npos) << out;
+  EXPECT_NE(RunCommand(client + " --address " + address_ + " 2>&1", &out), 0) << "plaintext was served: " << out;
+  EXPECT_NE(RunCommand(client + " --address " + address_ + " --tls-ca " + dir_ + "/ca2.pem 2>&1", &out), 0)
+      << "a client trusting another CA was served: " << out;
+  const std::string json = dir_ + "/loadgen_tls.json";
+  ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ + " --tls-ca " + dir_ +
+                           "/ca.pem --concurrency 4 --duration-s 0.5 --warmup-s 0.1 --candidates-min 5"
+                           " --candidates-max 20 --history-median 8 --pool 16 --json-out " + json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  nlohmann::json r = nlohmann::json::parse(ReadFile(json));
+  EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << r.dump();
+  EXPECT_EQ(r["requests_error"].get<int64_t>(), 0) << r.dump();
+  EXPECT_EQ(r["workload"]["tls"], "tls") << r.dump();
+
+  // The certificate files change: within a few reload intervals a new
+  // connection is shown the second CA's certificate.
+  ASSERT_EQ(RunCommand("cp " + dir_ + "/server2.key " + dir_ + "/live.key && cp " + dir_ + "/server2.pem " + dir_ +
+                           "/live.pem",
+                       &out),
+            0);
+  bool reloaded = false;
+  for (const auto give_up = std::chrono::steady_clock::now() + 15s;
+       !reloaded && std::chrono::steady_clock::now() < give_up;) {
+    std::this_thread::sleep_for(200ms);
+    reloaded = RunCommand(client + " --address " + address_ + " --tls-ca " + dir_ + "/ca2.pem 2>&1", &out) == 0;
+  }
+  EXPECT_TRUE(reloaded) << "the renewed certificate was never served; last: " << out;
+  EXPECT_NE(RunCommand(client + " --address " + address_ + " --tls-ca " + dir_ + "/ca.pem 2>&1", &out), 0)
+      << "the old certificate is still served: " << out;
+  stub_.reset();
+  channel_.reset();
+  StopServerExpectCleanExit();
+
+  // mTLS.
+  StartServer({"--tls-cert", dir_ + "/server.pem", "--tls-key", dir_ + "/server.key", "--tls-client-ca",
+               dir_ + "/ca.pem"},
+              "", [&] {
+                grpc::SslCredentialsOptions options;
+                options.pem_root_certs = ReadFile(dir_ + "/ca.pem");
+                options.pem_cert_chain = ReadFile(dir_ + "/client.pem");
+                options.pem_private_key = ReadFile(dir_ + "/client.key");
+                return grpc::SslCredentials(options);
+              }());
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("tls=mtls"), std::string::npos);
+  const std::string tls = client + " --address " + address_ + " --tls-ca " + dir_ + "/ca.pem";
+  EXPECT_EQ(RunCommand(tls + " --tls-cert " + dir_ + "/client.pem --tls-key " + dir_ + "/client.key 2>&1", &out), 0)
+      << out;
+  EXPECT_NE(RunCommand(tls + " 2>&1", &out), 0) << "a client without a certificate was served: " << out;
+  EXPECT_NE(RunCommand(client + " --address " + address_ + " 2>&1", &out), 0) << "plaintext was served: " << out;
+  ASSERT_EQ(RunCommand(std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ + " --tls-ca " + dir_ +
+                           "/ca.pem --tls-cert " + dir_ + "/client.pem --tls-key " + dir_ + "/client.key" +
+                           " --concurrency 2 --duration-s 0.3 --warmup-s 0.1 --candidates-min 5 --candidates-max 20"
+                           " --history-median 8 --pool 16 --json-out " + json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(json))["workload"]["tls"], "mtls");
+  stub_.reset();
+  channel_.reset();
+  StopServerExpectCleanExit();
+
+  // A missing certificate file stops the start, naming the key and the file.
+  EXPECT_EQ(RunServerToExit("--tls-cert " + dir_ + "/nope.pem --tls-key " + dir_ + "/server.key", &out), 1);
+  EXPECT_NE(out.find("tls_cert_file: cannot open '" + dir_ + "/nope.pem'"), std::string::npos) << out;
 }
 
 // Writes version `n` of the test model (weights from `seed`) into `repo`.

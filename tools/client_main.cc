@@ -16,6 +16,7 @@
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "common/flags.h"
 #include "common/process.h"
+#include "tools/channel_credentials.h"
 
 namespace jagrank {
 namespace {
@@ -76,6 +77,10 @@ int Main(int argc, char** argv) {
   flags.Add("sparse", &sparse, "name=id,id;name=id ...");
   flags.Add("history", &history, "comma-separated history item ids, oldest first");
   flags.Add("candidates", &candidates, "comma-separated candidate item ids");
+  std::string tls_ca, tls_cert, tls_key;
+  flags.Add("tls-ca", &tls_ca, "PEM CA bundle to verify the server with: connect over TLS");
+  flags.Add("tls-cert", &tls_cert, "PEM client certificate chain for mTLS (with --tls-key; needs --tls-ca)");
+  flags.Add("tls-key", &tls_key, "PEM private key of --tls-cert");
   Status parsed = flags.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "jagrank-client: %s\n", parsed.message().c_str());
@@ -85,7 +90,20 @@ int Main(int argc, char** argv) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!health && !info && request_json.empty() && candidates.empty()) {
+    // Nothing to rank: an empty request would only earn INVALID_ARGUMENT.
+    std::fprintf(stderr,
+                 "jagrank-client: nothing to send: give --candidates or --request-json (or --health, --info)\n%s",
+                 flags.Usage().c_str());
+    return 2;
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  Status tls = MakeChannelCredentials(tls_ca, tls_cert, tls_key, &credentials);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "jagrank-client: %s\n", tls.message().c_str());
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(address, credentials);
 
   if (health) {
     auto stub = grpc::health::v1::Health::NewStub(channel);

@@ -17,9 +17,13 @@
 // own cost stays low: it shares the host with the server in the benchmarks.
 // One response in kResponseCheckEvery is parsed and its score count checked.
 // The report includes the client's CPU use, in cores, over the run.
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +47,8 @@
 #include "jagrank/v1/ranker.grpc.pb.h"
 #include "common/flags.h"
 #include "common/process.h"
+#include "common/socket_address.h"
+#include "tools/channel_credentials.h"
 
 namespace jagrank {
 namespace {
@@ -65,6 +71,7 @@ struct Options {
   int channels = 4;            // separate HTTP/2 connections
   int client_threads = 4;      // completion queues, one polling thread each
   int64_t timeout_ms = 5000;   // per-call deadline
+  double connect_timeout_s = 10;  // first contact (GetModelInfo), retried with backoff until then
   int max_outstanding = 20000; // open loop: calls beyond this are counted as CLIENT_OVERLOAD, not sent
   int64_t seed = 1;
   std::string json_out;
@@ -76,13 +83,34 @@ struct Options {
   bool minimal_stack = true;
   std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
   std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args
+  std::string tls_ca, tls_cert, tls_key;      // TLS / mTLS (tools/channel_credentials.h)
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
+
+// The credentials every channel of the run uses (made once, in Main).
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const Options& o) { return o.credentials; }
 
 constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
 // Every this many calls the response is parsed and its scores counted.
 constexpr int64_t kResponseCheckEvery = 64;
 
-struct Call {
+// What a completion-queue tag points at: a finished call, or the alarm of a
+// closed-loop slot waiting out its backoff.
+struct Event {
+  enum class Kind { kCall, kRetry };
+  explicit Event(Kind kind) : kind(kind) {}
+  const Kind kind;
+};
+
+// Closed loop, after UNAVAILABLE (server down, connection refused, draining):
+// the slot waits before its next call, 10 ms doubling to 1 s, back to none
+// after an answer. Without it a dead server's refusals come back at once and
+// the slots spin at full CPU, counting hundreds of thousands of errors.
+constexpr std::chrono::milliseconds kRetryBackoffFirst{10};
+constexpr std::chrono::milliseconds kRetryBackoffMax{1000};
+
+struct Call : Event {
+  Call() : Event(Kind::kCall) {}
   grpc::ClientContext context;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> reader;
   grpc::Status status;
@@ -92,6 +120,14 @@ struct Call {
   int candidates = 0;
   bool measured = false;
   bool check_response = false;
+  std::chrono::milliseconds backoff{0};  // closed loop: the slot's current backoff
+};
+
+struct Retry : Event {
+  Retry() : Event(Kind::kRetry) {}
+  grpc::Alarm alarm;
+  int thread = 0;
+  std::chrono::milliseconds backoff{0};
 };
 
 // The process's user + system CPU seconds so far.
@@ -136,7 +172,7 @@ class LoadGen {
         }
       }
       stubs_.push_back(std::make_unique<grpc::GenericStub>(
-          grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args)));
+          grpc::CreateCustomChannel(options_.address, ChannelCredentials(options_), args)));
     }
     for (int t = 0; t < options_.client_threads; ++t) cqs_.push_back(std::make_unique<grpc::CompletionQueue>());
   }
@@ -239,14 +275,28 @@ class LoadGen {
     void* tag = nullptr;
     bool ok = false;
     while (cqs_[thread]->Next(&tag, &ok)) {
-      Call* call = static_cast<Call*>(tag);
+      Event* event = static_cast<Event*>(tag);
+      if (event->kind == Event::Kind::kRetry) {
+        Retry* retry = static_cast<Retry*>(event);
+        const int retry_thread = retry->thread;
+        const std::chrono::milliseconds backoff = retry->backoff;
+        delete retry;
+        if (stopping_.load()) {
+          CallLeft();
+        } else {
+          outstanding_.fetch_sub(1);
+          Issue(retry_thread, SteadyClock::now(), backoff);
+        }
+        continue;
+      }
+      Call* call = static_cast<Call*>(event);
       Done(call, ok ? call->status : grpc::Status(grpc::StatusCode::UNKNOWN, "completion queue event failed"));
     }
   }
 
   // Sends one call on completion queue `thread`; its latency counts from
   // `start` (now, or the open loop's scheduled send time).
-  void Issue(int thread, SteadyClock::time_point start) {
+  void Issue(int thread, SteadyClock::time_point start, std::chrono::milliseconds backoff = {}) {
     const int64_t n = next_.fetch_add(1);
     const PooledRequest& request = pool_[n % pool_.size()];
     grpc::GenericStub* stub = stubs_[n % stubs_.size()].get();
@@ -258,6 +308,7 @@ class LoadGen {
     call->check_response = n % kResponseCheckEvery == 0;
     call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.timeout_ms));
     call->thread = thread;
+    call->backoff = backoff;
     outstanding_.fetch_add(1);
     call->reader = stub->PrepareUnaryCall(&call->context, kRankMethod, request.bytes, cqs_[thread].get());
     call->reader->StartCall();
@@ -273,8 +324,17 @@ class LoadGen {
     }
     Record(call->start, call->measured, call->candidates, status);
     const int thread = call->thread;
+    const std::chrono::milliseconds backoff = call->backoff;
     delete call;
     if (options_.rate <= 0 && !stopping_.load()) {  // closed loop: the next call takes this one's place
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        // Still counted as outstanding while it waits, so the final wait covers it.
+        auto* retry = new Retry;
+        retry->thread = thread;
+        retry->backoff = std::min(kRetryBackoffMax, backoff.count() == 0 ? kRetryBackoffFirst : 2 * backoff);
+        retry->alarm.Set(cqs_[thread].get(), std::chrono::system_clock::now() + retry->backoff, retry);
+        return;
+      }
       outstanding_.fetch_sub(1);
       Issue(thread, SteadyClock::now());
       return;
@@ -415,7 +475,8 @@ class LoadGen {
                      {"channels", options_.channels},
                      {"client_threads", options_.client_threads},
                      {"minimal_stack", options_.minimal_stack},
-                     {"grpc_channel_args", options_.grpc_channel_args}};
+                     {"grpc_channel_args", options_.grpc_channel_args},
+                     {"tls", options_.tls_ca.empty() ? "off" : options_.tls_cert.empty() ? "tls" : "mtls"}};
     j["server"] = {{"model", info_.name()},     {"version", info_.version()},
                    {"device", info_.device()}, {"attention", info_.attention()},
                    {"max_history_len", info_.max_history_len()}};
@@ -455,6 +516,82 @@ class LoadGen {
   int64_t pacer_late_ = 0;                // guarded by mu_; of those, sent > 1 ms late
   double pacer_max_lag_ms_ = 0;           // guarded by mu_
 };
+
+// Why a plain stream connection to `address` ("host:port" or "unix:/path")
+// fails ("Connection refused", ...), or "" when it succeeds: gRPC's own
+// message for an unreachable address varies with the moment of the attempt.
+std::string ConnectError(const std::string& address) {
+  SocketAddress parsed;
+  Status s = ParseSocketAddress("--address", address, &parsed);
+  if (!s.ok()) return s.message();
+  if (parsed.is_unix) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", parsed.unix_path.c_str());
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    const bool ok = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    const std::string error = ok ? "" : std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return error;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(parsed.host.empty() ? "localhost" : parsed.host.c_str(),
+                             std::to_string(parsed.port).c_str(), &hints, &found);
+  if (rc != 0) return std::string("cannot resolve '") + parsed.host + "': " + gai_strerror(rc);
+  std::string error = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    error = ok ? "" : std::strerror(errno);
+    close(fd);
+    if (ok) break;
+  }
+  freeaddrinfo(found);
+  return error;
+}
+
+// The server's GetModelInfo, retried with backoff (100 ms doubling to 1 s)
+// while the server cannot be reached, for up to --connect-timeout-s. A port
+// nobody listens on is reported as a connection failure with gRPC's reason
+// (e.g. "Connection refused"), not as the deadline of a call that waited
+// for a connection.
+Status FetchModelInfo(const Options& o, v1::ModelInfo* info) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto stub = v1::Ranker::NewStub(grpc::CreateCustomChannel(o.address, ChannelCredentials(o), args));
+  const auto start = SteadyClock::now();
+  const auto give_up = start + std::chrono::duration_cast<SteadyClock::duration>(
+                                   std::chrono::duration<double>(o.connect_timeout_s));
+  std::chrono::milliseconds backoff(100);
+  int attempts = 0;
+  for (;;) {
+    ++attempts;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.timeout_ms));
+    const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), info);
+    if (status.ok()) return Status::Ok();
+    const double waited = std::chrono::duration<double>(SteadyClock::now() - start).count();
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return Status::Unavailable("GetModelInfo on " + o.address + " failed: " + status.error_message());
+    }
+    if (SteadyClock::now() + backoff >= give_up) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%.1f", waited);
+      const std::string why = ConnectError(o.address);
+      return Status::Unavailable("cannot connect to " + o.address + ": " +
+                                 (why.empty() ? "the connection opens but gRPC fails" : why) + " (" +
+                                 std::to_string(attempts) + " attempts in " + seconds +
+                                 " s, --connect-timeout-s; gRPC: " + status.error_message() + ")");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(2 * backoff, std::chrono::milliseconds(1000));
+  }
+}
 
 void PrintTable(const nlohmann::json& j) {
   const auto& l = j["latency_ms"];
@@ -496,6 +633,8 @@ int Main(int argc, char** argv) {
   flags.Add("channels", &o.channels, "gRPC connections");
   flags.Add("client-threads", &o.client_threads, "client threads: completion queues, one polling thread each");
   flags.Add("timeout-ms", &o.timeout_ms, "per-call deadline");
+  flags.Add("connect-timeout-s", &o.connect_timeout_s,
+            "keep trying to reach the server (with backoff) this long before giving up");
   flags.Add("max-outstanding", &o.max_outstanding, "open loop: cap on calls in flight");
   flags.Add("seed", &o.seed, "workload seed");
   flags.Add("json-out", &o.json_out, "write the result as JSON to this file");
@@ -504,6 +643,9 @@ int Main(int argc, char** argv) {
             "gRPC's minimal client stack: less client CPU (no message-size or census filters; deadlines hold)");
   flags.Add("grpc-channel-args", &o.grpc_channel_args,
             "further gRPC channel arguments on every connection, grpc.name=value[,...]");
+  flags.Add("tls-ca", &o.tls_ca, "PEM CA bundle to verify the server with: connect over TLS");
+  flags.Add("tls-cert", &o.tls_cert, "PEM client certificate chain for mTLS (with --tls-key; needs --tls-ca)");
+  flags.Add("tls-key", &o.tls_key, "PEM private key of --tls-cert");
   Status parsed = flags.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "jagrank-loadgen: %s\n", parsed.message().c_str());
@@ -528,17 +670,16 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "jagrank-loadgen: %s\n", args_ok.message().c_str());
     return 2;
   }
+  Status tls = MakeChannelCredentials(o.tls_ca, o.tls_cert, o.tls_key, &o.credentials);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "jagrank-loadgen: %s\n", tls.message().c_str());
+    return 2;
+  }
   v1::ModelInfo info;
-  {
-    auto stub = v1::Ranker::NewStub(grpc::CreateChannel(o.address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    context.set_wait_for_ready(true);
-    grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
-    if (!status.ok()) {
-      std::fprintf(stderr, "jagrank-loadgen: GetModelInfo: %s\n", status.error_message().c_str());
-      return 1;
-    }
+  Status connected = FetchModelInfo(o, &info);
+  if (!connected.ok()) {
+    std::fprintf(stderr, "jagrank-loadgen: %s\n", connected.message().c_str());
+    return 1;
   }
   LoadGen loadgen(o, info);
   const nlohmann::json result = loadgen.Run();
@@ -550,6 +691,12 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "jagrank-loadgen: cannot write %s\n", o.json_out.c_str());
       return 1;
     }
+  }
+  if (result["requests_ok"].get<int64_t>() == 0) {
+    const std::string first = result.value("first_error", std::string("no call was answered in the window"));
+    std::fprintf(stderr, "jagrank-loadgen: every call failed (%lld errors; first: %s)\n",
+                 static_cast<long long>(result["requests_error"].get<int64_t>()), first.c_str());
+    return 1;
   }
   return 0;
 }
