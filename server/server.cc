@@ -44,16 +44,16 @@ Status CheckPemFile(const char* key, const std::string& path) {
 // watcher re-reads the files every tls_reload_interval_s; they are checked
 // here first so that a wrong path fails the start rather than every handshake.
 Status MakeServerCredentials(const ServerConfig& config, std::shared_ptr<grpc::ServerCredentials>* out) {
-  if (config.tls_cert_file.empty()) {
+  if (config.tls_cert.empty()) {
     *out = grpc::InsecureServerCredentials();
     return Status::Ok();
   }
-  RETURN_IF_ERROR(CheckPemFile("tls_cert_file", config.tls_cert_file));
-  RETURN_IF_ERROR(CheckPemFile("tls_key_file", config.tls_key_file));
-  const bool mtls = !config.tls_client_ca_file.empty();
-  if (mtls) RETURN_IF_ERROR(CheckPemFile("tls_client_ca_file", config.tls_client_ca_file));
+  RETURN_IF_ERROR(CheckPemFile("tls_cert", config.tls_cert));
+  RETURN_IF_ERROR(CheckPemFile("tls_key", config.tls_key));
+  const bool mtls = !config.tls_client_ca.empty();
+  if (mtls) RETURN_IF_ERROR(CheckPemFile("tls_client_ca", config.tls_client_ca));
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      config.tls_key_file, config.tls_cert_file, config.tls_client_ca_file,
+      config.tls_key, config.tls_cert, config.tls_client_ca,
       static_cast<unsigned int>(config.tls_reload_interval_s));
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();

@@ -291,10 +291,10 @@ const std::vector<Knob>& Knobs() {
           "ask a connection older than this to go away (clients reconnect); 0 = no age limit"),
       Int("grpc_max_connection_age_grace_ms", Member(&S::grpc_max_connection_age_grace_ms), 0, kMaxInt,
           "after that, its calls get this long to finish before it is closed"),
-      Text("tls_cert_file", Member(&S::tls_cert_file), AnyText,
-           "PEM certificate chain of the gRPC port (with tls_key_file: TLS); '' = plaintext"),
-      Text("tls_key_file", Member(&S::tls_key_file), AnyText, "PEM private key of tls_cert_file"),
-      Text("tls_client_ca_file", Member(&S::tls_client_ca_file), AnyText,
+      Text("tls_cert", Member(&S::tls_cert), AnyText,
+           "PEM certificate chain of the gRPC port (with tls_key: TLS); '' = plaintext"),
+      Text("tls_key", Member(&S::tls_key), AnyText, "PEM private key of tls_cert"),
+      Text("tls_client_ca", Member(&S::tls_client_ca), AnyText,
            "PEM CA bundle: clients must present a certificate it signed (mTLS); '' = no client certificates"),
       Int("tls_reload_interval_s", Member(&S::tls_reload_interval_s), 1, 86400,
           "re-read the TLS files this often (a renewed certificate needs no restart)"),
@@ -376,12 +376,12 @@ Status ValidateHostileLoadKeys(const ServerConfig& c) {
                                      ": must be in [0, 2^31-1] (0 = no limit)");
     }
   }
-  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
     return Status::InvalidArgument(
-        "server config tls_cert_file and tls_key_file: give both (TLS) or neither (plaintext)");
+        "server config tls_cert and tls_key: give both (TLS) or neither (plaintext)");
   }
-  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
-    return Status::InvalidArgument("server config tls_client_ca_file: needs tls_cert_file and tls_key_file");
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
+    return Status::InvalidArgument("server config tls_client_ca: needs tls_cert and tls_key");
   }
   if (c.tls_reload_interval_s < 1 || c.tls_reload_interval_s > 86400) {
     return Status::InvalidArgument("server config tls_reload_interval_s = " + std::to_string(c.tls_reload_interval_s) +

@@ -85,13 +85,13 @@ struct ServerConfig {
   int64_t grpc_max_connection_age_ms = 1800000;
   int64_t grpc_max_connection_age_grace_ms = 30000;
   // TLS on the gRPC port: PEM files of the server's certificate chain and
-  // private key (both, or neither = plaintext). With tls_client_ca_file,
+  // private key (both, or neither = plaintext). With tls_client_ca,
   // clients must present a certificate signed by one of its CAs (mTLS).
   // The files are re-read every tls_reload_interval_s, so a renewed
   // certificate takes effect without a restart.
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  std::string tls_client_ca_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
   int64_t tls_reload_interval_s = 60;
 };
 

@@ -163,7 +163,6 @@ TEST(ServerHostileTest, UnfinishedLargeMessagesStayWithinTheMemoryQuota) {
   ServerConfig config;
   config.grpc_address = "127.0.0.1:0";
   config.metrics_address = "";
-  config.warmup_batches = 1;
   config.drain_linger_ms = 0;
   config.grpc_memory_quota_bytes = kQuotaBytes;
   const ModelConfig model_config = server_test::SmallModelConfig();

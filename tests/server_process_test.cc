@@ -584,10 +584,10 @@ TEST_F(ServerProcessTest, TlsAndMutualTls) {
                            "/live.key",
                        &out),
             0);
-  std::ofstream(dir_ + "/tls.yaml") << "tls_cert_file: " << dir_ << "/live.pem\ntls_key_file: " << dir_
+  std::ofstream(dir_ + "/tls.yaml") << "tls_cert: " << dir_ << "/live.pem\ntls_key: " << dir_
                                     << "/live.key\ntls_reload_interval_s: 1\n";
   StartServer({"--config", dir_ + "/tls.yaml"}, "", TrustingCa(dir_ + "/ca.pem"));
-  EXPECT_NE(ReadFile(dir_ + "/server.log").find("tls=on"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("tls_cert=" + dir_ + "/live.pem"), std::string::npos);
   EXPECT_EQ(RunCommand(client + " --address " + address_ + " --tls-ca " + dir_ + "/ca.pem 2>&1", &out), 0) << out;
   EXPECT_NE(out.find("candidates=3"), std::string::npos) << out;
   EXPECT_NE(RunCommand(client + " --address " + address_ + " 2>&1", &out), 0) << "plaintext was served: " << out;
@@ -634,7 +634,7 @@ TEST_F(ServerProcessTest, TlsAndMutualTls) {
                 options.pem_private_key = ReadFile(dir_ + "/client.key");
                 return grpc::SslCredentials(options);
               }());
-  EXPECT_NE(ReadFile(dir_ + "/server.log").find("tls=mtls"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("tls_client_ca=" + dir_), std::string::npos);
   const std::string tls = client + " --address " + address_ + " --tls-ca " + dir_ + "/ca.pem";
   EXPECT_EQ(RunCommand(tls + " --tls-cert " + dir_ + "/client.pem --tls-key " + dir_ + "/client.key 2>&1", &out), 0)
       << out;
@@ -654,7 +654,7 @@ TEST_F(ServerProcessTest, TlsAndMutualTls) {
 
   // A missing certificate file stops the start, naming the key and the file.
   EXPECT_EQ(RunServerToExit("--tls-cert " + dir_ + "/nope.pem --tls-key " + dir_ + "/server.key", &out), 1);
-  EXPECT_NE(out.find("tls_cert_file: cannot open '" + dir_ + "/nope.pem'"), std::string::npos) << out;
+  EXPECT_NE(out.find("tls_cert: cannot open '" + dir_ + "/nope.pem'"), std::string::npos) << out;
 }
 
 // Writes version `n` of the test model (weights from `seed`) into `repo`.
