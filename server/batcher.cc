@@ -19,8 +19,11 @@ bool QueuedRequest::Expired(Clock::time_point now, Status* why) const {
   return false;
 }
 
-Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost)
-    : config_(config), metrics_(metrics), attention_cost_(std::move(attention_cost)) {}
+Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost, int executors)
+    : config_(config),
+      metrics_(metrics),
+      attention_cost_(std::move(attention_cost)),
+      executors_(std::max(1, executors)) {}
 
 int64_t Batcher::AttentionCostOf(int64_t count, int64_t sum_of_squares, int64_t longest) const {
   return attention_cost_ ? attention_cost_(count, sum_of_squares, longest) : sum_of_squares;
@@ -57,7 +60,7 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
     // request's delay (unchanged by a push at the back) or an idle executor.
     // Waking it for any other push only puts it back to sleep: one futex
     // wake and context switch per request while a batch fills.
-    wake = depth == 1 || BudgetReachedLocked() || (config_.dispatch_when_idle && !executor_has_batch_waiting_);
+    wake = depth == 1 || BudgetReachedLocked() || (config_.dispatch_when_idle && ExecutorIdleLocked());
   }
   metrics_->SetQueueDepth(depth);
   if (wake) cv_.notify_all();
@@ -94,7 +97,7 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
       // Wait for a budget or the oldest request's delay; a request arriving
       // meanwhile may fill a budget, so re-check on every wake-up.
       while (!closed_ && !queue_.empty() && !BudgetReachedLocked() &&
-             !(config_.dispatch_when_idle && !executor_has_batch_waiting_)) {
+             !(config_.dispatch_when_idle && ExecutorIdleLocked())) {
         const Clock::time_point close_at = queue_.front()->arrival + delay;
         if (Clock::now() >= close_at) break;
         cv_.wait_until(lock, close_at);
@@ -140,7 +143,7 @@ bool Batcher::NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch) {
 void Batcher::SetExecutorHasBatchWaiting(bool waiting) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    executor_has_batch_waiting_ = waiting;
+    executors_with_batch_waiting_ = std::clamp(executors_with_batch_waiting_ + (waiting ? 1 : -1), 0, executors_);
   }
   if (!waiting) cv_.notify_all();
 }

@@ -53,6 +53,10 @@ using RankFinish =
 struct QueuedRequest {
   std::string request_id;  // the client's id, for logs
   RankInput input;         // validated; history already truncated
+  // ServedModel::request_contract of the version `input` was validated for
+  // (server/model_manager.h); the executor computes it only on a version of
+  // the same contract.
+  uint64_t request_contract = 0;
   // Work it brings to a batch (history counted after truncation).
   int64_t candidates = 0;
   int64_t history_tokens = 0;
@@ -75,8 +79,10 @@ class Batcher {
   using AttentionCostFn = std::function<int64_t(int64_t requests, int64_t sum_of_squares, int64_t longest)>;
 
   // `metrics` must outlive the batcher. Without `attention_cost`, the jagged
-  // strategy's (sum of L^2).
-  Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost = {});
+  // strategy's (sum of L^2). `executors`: how many executors pull from it
+  // (each reports SetExecutorHasBatchWaiting for itself).
+  Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost = {},
+          int executors = 1);
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
@@ -90,12 +96,13 @@ class Batcher {
   // the head of the queue are finished here, not returned. Returns false
   // once Close() was called and the queue is empty. After Close() batches
   // close at once (no waiting for the delay). Thread-safe; normally one
-  // caller (the executor's assembly thread).
+  // caller per executor (its assembly thread).
   bool NextBatch(std::vector<std::unique_ptr<QueuedRequest>>* batch);
 
-  // Whether the executor holds a batch that is ready and waiting to run
-  // (false at start). With dispatch_when_idle, NextBatch closes at once with
-  // whatever is queued while this is false; without it, no effect.
+  // Whether the calling executor holds a batch that is ready and waiting to
+  // run (false at start); each executor alternates true and false. With
+  // dispatch_when_idle, NextBatch closes at once with whatever is queued
+  // while some executor has none waiting; without it, no effect.
   // Thread-safe.
   void SetExecutorHasBatchWaiting(bool waiting);
 
@@ -116,6 +123,7 @@ class Batcher {
   const BatchingConfig config_;
   ServerMetrics* const metrics_;
   const AttentionCostFn attention_cost_;
+  const int executors_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<QueuedRequest>> queue_ ABSL_GUARDED_BY(mu_);
@@ -124,7 +132,12 @@ class Batcher {
   int64_t queued_attention_cost_ ABSL_GUARDED_BY(mu_) = 0;  // sum of L^2
   int64_t queued_longest_ ABSL_GUARDED_BY(mu_) = 0;  // longest L since the queue was last empty (an upper bound)
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool executor_has_batch_waiting_ ABSL_GUARDED_BY(mu_) = false;  // see SetExecutorHasBatchWaiting
+  // Executors that hold a batch waiting to run (SetExecutorHasBatchWaiting).
+  int executors_with_batch_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // Some executor has no batch waiting: with dispatch_when_idle, close now.
+  bool ExecutorIdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return executors_with_batch_waiting_ < executors_;
+  }
 };
 
 }  // namespace jagrank

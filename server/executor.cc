@@ -20,8 +20,8 @@ void NameThisThread(const char* name) { pthread_setname_np(pthread_self(), name)
 
 }  // namespace
 
-Executor::Executor(Model* model, Batcher* batcher, ServerMetrics* metrics)
-    : model_(model), batcher_(batcher), metrics_(metrics) {}
+Executor::Executor(ModelManager* models, int instance, Batcher* batcher, ServerMetrics* metrics)
+    : models_(models), instance_(instance), batcher_(batcher), metrics_(metrics) {}
 
 Executor::~Executor() { Join(); }
 
@@ -64,7 +64,7 @@ void Executor::Assemble(Work* work) {
   for (const auto& r : work->requests) inputs.push_back(&r->input);
   // The inputs were validated at the door: a failure here is a bug, and the
   // batch's requests get it as their answer.
-  work->status = AssembleBatch(inputs, model_->config(), &work->batch);
+  work->status = AssembleBatch(inputs, ModelOf(*work)->config(), &work->batch);
   work->padded_history_tokens = work->batch.PaddedHistoryTokens();
   work->assemble_seconds = SecondsSince(start);
 }
@@ -72,7 +72,7 @@ void Executor::Assemble(Work* work) {
 void Executor::Stage(Work* work) {
   if (!work->status.ok()) return;  // assembly failed: nothing to stage
   const Clock::time_point start = Clock::now();
-  work->status = model_->Stage(work->batch, work->slot);
+  work->status = ModelOf(*work)->Stage(work->batch, work->slot);
   work->assemble_seconds += SecondsSince(start);
 }
 
@@ -83,15 +83,35 @@ void Executor::ReleaseSlot(Work* work) {
   assembly_cv_.notify_one();
 }
 
+void Executor::DropOtherContracts(const ServedModel& served,
+                                  std::vector<std::unique_ptr<QueuedRequest>>* requests) {
+  auto same_end = std::stable_partition(requests->begin(), requests->end(), [&](const auto& r) {
+    return r->request_contract == served.request_contract;
+  });
+  for (auto it = same_end; it != requests->end(); ++it) {
+    metrics_->OnRejected("model_changed");
+    (*it)->finish(Status::Unavailable("the request was accepted for a model whose request contract differs from "
+                                      "model version " + served.version + " now serving: send it again"),
+                  nullptr, 0, "");
+  }
+  requests->erase(same_end, requests->end());
+}
+
 void Executor::AssembleLoop() {
   std::vector<std::unique_ptr<QueuedRequest>> requests;
   while (batcher_->NextBatch(&requests)) {
+    // Read once per batch, and only once the batch is there: an idle
+    // executor holds no version, so a replaced one is freed at once.
+    std::shared_ptr<const ServedModel> served = models_->Current();
+    DropOtherContracts(*served, &requests);
+    if (requests.empty()) continue;
     std::unique_ptr<Work> work;
     {
       std::lock_guard<std::mutex> lock(mu_);
       work = TakeSpare();
     }
     work->requests = std::move(requests);
+    work->served = std::move(served);
     Assemble(work.get());
     {
       // Slots are used in turn; the next one is free once the batch staged
@@ -133,6 +153,7 @@ void Executor::ComputeLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     if (!answer) {
       work->requests.clear();
+      work->served.reset();
       spares_.push_back(std::move(work));
       continue;
     }
@@ -158,6 +179,7 @@ void Executor::CompleteLoop() {
     }
     Complete(work.get());
     work->requests.clear();
+    work->served.reset();  // may free a replaced version (its last batch)
     std::lock_guard<std::mutex> lock(mu_);
     spares_.push_back(std::move(work));
   }
@@ -194,7 +216,7 @@ bool Executor::Compute(Work* work) {
     metrics_->OnQueueLatency(std::chrono::duration<double>(start - r->arrival).count());
   }
   work->timings = ForwardTimings();
-  if (work->status.ok()) work->status = model_->Run(work->slot, &work->scores, &work->timings);
+  if (work->status.ok()) work->status = ModelOf(*work)->Run(work->slot, &work->scores, &work->timings);
   const double compute_seconds = SecondsSince(start);
   ReleaseSlot(work);
   if (work->status.ok() && static_cast<int64_t>(work->scores.size()) != work->batch.num_candidates()) {
@@ -223,13 +245,31 @@ void Executor::Complete(Work* work) {
     for (const auto& r : work->requests) r->finish(error, nullptr, 0, "");
   } else {
     const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
-    const std::string& version = model_->version();
+    const std::string& version = work->served->version;
     for (size_t i = 0; i < work->requests.size(); ++i) {
       work->requests[i]->finish(Status::Ok(), work->scores.data() + offsets[i], offsets[i + 1] - offsets[i],
                                 version);
     }
   }
-  metrics_->SetMemory(model_->Memory());
+  // The model counts padding saved since its creation; the metrics take one
+  // running total over instances and versions (ModelManager::MemoryToReport).
+  const Model& model = *ModelOf(*work);
+  int64_t increase = 0;
+  {
+    std::lock_guard<std::mutex> lock(report_mu_);
+    if (work->served->serial > reported_serial_) {  // a newer version: its count starts at its creation
+      reported_serial_ = work->served->serial;
+      reported_padding_saved_bytes_ = 0;
+    }
+    // A replaced version's last batches, answered after the new version's
+    // first, are not counted (serials only grow).
+    if (work->served->serial == reported_serial_) {
+      const int64_t total = model.Memory().padding_saved_bytes;
+      increase = std::max<int64_t>(0, total - reported_padding_saved_bytes_);
+      reported_padding_saved_bytes_ = std::max(reported_padding_saved_bytes_, total);
+    }
+  }
+  metrics_->SetMemory(models_->MemoryToReport(model, increase));
 }
 
 }  // namespace jagrank

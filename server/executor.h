@@ -17,6 +17,27 @@
 // slots are held, and the assembly thread waits for its next slot to be
 // released before staging into it. So Stage(s) and Run(s) of one slot never
 // overlap, and Stage(a) overlaps only Run(b != a), as Model requires.
+//
+// Model versions: the assembly thread reads ModelManager::Current() once per
+// batch, and the batch's Work holds that ServedModel until its requests are
+// answered: the batch is assembled, staged, run and reported on that one
+// version, and a replaced version is freed after its last batch. Slots are
+// counted across versions (slot_busy_ is per index, whatever the model), so
+// the batch staged on a new version while the last one of the old version
+// runs uses the other slot index: Stage(new, a) overlaps only Run(old, b != a),
+// and at most one Run runs at any time, as with one model. Requests converted
+// for another request contract than the batch's version (the version changed
+// what a RankRequest means while they were queued) are answered UNAVAILABLE,
+// never computed.
+//
+// Several executors: one per model instance (ServedModel::instances, e.g.
+// two per GPU or one per GPU of a list), all pulling from one Batcher
+// (NextBatch is thread-safe), so whichever assembly thread is free takes the
+// next batch. Each uses only its own instance of every version, and its own
+// slots and threads; nothing is shared between executors but the batcher,
+// the manager and the metrics. An executor takes a batch only when it has a
+// slot for it, so a slow one holds at most the batch it runs, one staged
+// behind it and one waiting for a slot; the rest go to the others.
 #ifndef JAGRANK_SERVER_EXECUTOR_H_
 #define JAGRANK_SERVER_EXECUTOR_H_
 
@@ -32,16 +53,19 @@
 #include "model/model.h"
 #include "server/batcher.h"
 #include "server/metrics.h"
+#include "server/model_manager.h"
 
 namespace jagrank {
 
 class Executor {
  public:
-  // `model`, `batcher` and `metrics` must outlive the executor. Model::Run is
-  // only ever called from the compute thread; Model::Stage from the assembly
-  // thread, or from the compute thread when it re-stages a batch whose
-  // requests partly expired (same slot, which that Work holds).
-  Executor(Model* model, Batcher* batcher, ServerMetrics* metrics);
+  // Computes on instance `instance` (0 <= instance < models->instances()) of
+  // every version. `models`, `batcher` and `metrics` must outlive the
+  // executor. Model::Run is only ever called from the compute thread;
+  // Model::Stage from the assembly thread, or from the compute thread when
+  // it re-stages a batch whose requests partly expired (same slot and
+  // model, which that Work holds).
+  Executor(ModelManager* models, int instance, Batcher* batcher, ServerMetrics* metrics);
   ~Executor();  // Join()s.
 
   void Start();
@@ -52,6 +76,7 @@ class Executor {
  private:
   struct Work {
     std::vector<std::unique_ptr<QueuedRequest>> requests;
+    std::shared_ptr<const ServedModel> served;  // the version computing it; released once answered
     Batch batch;
     int64_t padded_history_tokens = 0;
     double assemble_seconds = 0;  // building `batch` plus Stage's host time (pinned packing, copy issue)
@@ -78,8 +103,19 @@ class Executor {
   void ReleaseSlot(Work* work);
   void Complete(Work* work);  // finishes every request in `work`
   std::unique_ptr<Work> TakeSpare();  // REQUIRES: mu_ held
+  // Answers the requests of `requests` converted for another request
+  // contract than `served`'s with UNAVAILABLE and removes them.
+  void DropOtherContracts(const ServedModel& served, std::vector<std::unique_ptr<QueuedRequest>>* requests);
 
-  Model* const model_;
+  Model* ModelOf(const Work& work) const { return work.served->instances[instance_].get(); }
+
+  ModelManager* const models_;
+  const int instance_;
+  // The instance last reported to the metrics (its ServedModel's serial) and
+  // its padding_saved_bytes then; completion threads only, under report_mu_.
+  std::mutex report_mu_;
+  uint64_t reported_serial_ = 0;
+  int64_t reported_padding_saved_bytes_ = 0;
   Batcher* const batcher_;
   ServerMetrics* const metrics_;
   std::mutex mu_;

@@ -23,6 +23,12 @@ namespace {
 
 std::atomic<int> g_signals{0};
 std::atomic<int> g_last_signal{0};
+std::atomic<bool> g_reload_requested{false};  // SIGHUP seen; main's loop passes it on
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+// SIGHUP: only notes the request (async-signal-safe); main's loop asks the
+// server for a model repository scan.
+void OnReloadSignal(int) { g_reload_requested.store(true); }
 
 // Async-signal-safe: counts; the second signal exits at once.
 void OnSignal(int sig) {
@@ -66,6 +72,12 @@ int Main(int argc, char** argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  // SIGHUP asks for a model repository scan (its default action would kill).
+  struct sigaction reload_action {};
+  reload_action.sa_handler = OnReloadSignal;
+  sigemptyset(&reload_action.sa_mask);
+  reload_action.sa_flags = SA_RESTART;
+  sigaction(SIGHUP, &reload_action, nullptr);
 
   NullMetrics null_metrics;
   std::unique_ptr<PrometheusMetrics> prometheus;
@@ -86,13 +98,23 @@ int Main(int argc, char** argv) {
     spdlog::critical("start failed: {}", s.ToString());
     return 1;
   }
-  const Model& model = server->model();
-  spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(),
-               model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
-               ServerConfigSummary(config, cmd.given_keys));
+  {
+    const std::shared_ptr<const ServedModel> served = server->CurrentModel();
+    const Model& model = served->model();
+    spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(),
+                 model.config().name, served->version, model.device(), AttentionStrategyName(model.attention()),
+                 ServerConfigSummary(config, cmd.given_keys));
+  }
 
-  // First signal: drain (OnSignal exits at once on the second).
-  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // First signal: drain (OnSignal exits at once on the second). SIGHUP: a
+  // model repository scan, on the manager's own thread.
+  while (g_signals.load() == 0) {
+    if (g_reload_requested.exchange(false)) {
+      spdlog::info("SIGHUP: model reload requested");
+      server->RequestModelReload();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   spdlog::info("signal {}: draining (send it again to exit at once)", g_last_signal.load());
   const Status drain_status = server->Drain();
   if (!drain_status.ok()) {

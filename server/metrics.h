@@ -29,8 +29,10 @@ class ServerMetrics {
   // One finished RPC: its gRPC code name ("OK", "INVALID_ARGUMENT", ...),
   // candidates scored (0 unless OK) and end-to-end latency in the server.
   virtual void OnRequestDone(const std::string& code, int64_t candidates, double latency_seconds) = 0;
-  // A request rejected before queueing, by reason ("invalid_argument",
-  // "queue_full", "deadline", "cancelled", "shutting_down").
+  // A request rejected before it was computed, by reason ("invalid_argument",
+  // "queue_full", "deadline", "cancelled", "shutting_down", "model_changed":
+  // accepted for a model version whose request contract the version now
+  // serving does not share).
   virtual void OnRejected(const std::string& reason) = 0;
   // Time a request spent queued before its batch started.
   virtual void OnQueueLatency(double seconds) = 0;
@@ -42,6 +44,16 @@ class ServerMetrics {
   virtual void SetInflight(int64_t requests) = 0;
   // Memory gauges; called after each batch and on a timer.
   virtual void SetMemory(const ModelMemory& memory) = 0;
+
+  // Model versions (server/model_manager.h). No-ops by default.
+  // `version` serves from now on, in place of `previous` ("" at start).
+  virtual void OnModelServing(const std::string& /*version*/, const std::string& /*previous*/) {}
+  // One attempt to load a repository version (start-up included): whether it
+  // loaded and warmed up, and the seconds that took.
+  virtual void OnModelLoad(bool /*success*/, double /*seconds*/) {}
+  // Model versions in memory: the serving one, plus one loading beside it or
+  // replaced ones that batches in flight still hold.
+  virtual void SetModelsLoaded(int64_t /*count*/) {}
 };
 
 class NullMetrics final : public ServerMetrics {

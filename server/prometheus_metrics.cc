@@ -78,7 +78,7 @@ Histogram::BucketBoundaries GeometricBuckets(double factor, double max) {
 constexpr const char* kKnownCodes[] = {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
                                        "UNAVAILABLE", "CANCELLED", "INTERNAL"};
 constexpr const char* kKnownReasons[] = {"invalid_argument", "queue_full", "deadline", "cancelled",
-                                         "shutting_down"};
+                                         "shutting_down", "model_changed"};
 
 // Resident set size read at scrape time, so it is fresh on every scrape and
 // needs no timer. /proc/self/statm's second field counts pages.
@@ -203,6 +203,26 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
                                 "Highest device memory in use seen since start (0 on CPU)");
     weights_ = &SimpleGauge("jagrank_model_weights_bytes", "Model weights as resident on the device");
     workspace_peak_ = &SimpleGauge("jagrank_workspace_peak_bytes", "Peak per-batch workspace of the model");
+
+    model_info_ = &prometheus::BuildGauge()
+                       .Name("jagrank_model_info")
+                       .Help("1 for the model version serving now (the version Rank and GetModelInfo report)")
+                       .Register(r);
+    model_reloads_ = &prometheus::BuildCounter()
+                          .Name("jagrank_model_reloads_total")
+                          .Help("Attempts to load a model repository version (start-up included), by result")
+                          .Register(r);
+    model_loads_succeeded_ = &model_reloads_->Add({{"result", "success"}});
+    model_loads_failed_ = &model_reloads_->Add({{"result", "failure"}});
+    model_load_seconds_ = &prometheus::BuildHistogram()
+                               .Name("jagrank_model_load_seconds")
+                               .Help("Time to load and warm up a model repository version (failed attempts included)")
+                               .Register(r)
+                               .Add({}, Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                                                    10, 25, 50, 100, 250, 500});
+    models_loaded_ = &SimpleGauge("jagrank_models_loaded",
+                                  "Model versions in memory: the serving one, plus one loading beside it or replaced "
+                                  "ones still finishing batches");
   }
 
   ~PrometheusMetricsImpl() override {
@@ -275,6 +295,21 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     }
   }
 
+  // One series at a time: the previous version's is removed, not set to 0.
+  void OnModelServing(const std::string& version, const std::string& /*previous*/) override {
+    std::lock_guard<std::mutex> lock(model_mu_);
+    if (serving_version_gauge_ != nullptr) model_info_->Remove(serving_version_gauge_);
+    serving_version_gauge_ = &model_info_->Add({{"version", version}});
+    serving_version_gauge_->Set(1);
+  }
+
+  void OnModelLoad(bool success, double seconds) override {
+    (success ? model_loads_succeeded_ : model_loads_failed_)->Increment();
+    model_load_seconds_->Observe(seconds);
+  }
+
+  void SetModelsLoaded(int64_t count) override { models_loaded_->Set(static_cast<double>(count)); }
+
  private:
   Histogram& LatencyHistogram(const std::string& name, const std::string& help) {
     return prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add({}, LatencyBucketsSeconds());
@@ -328,6 +363,15 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
   Gauge* device_peak_ = nullptr;
   Gauge* weights_ = nullptr;
   Gauge* workspace_peak_ = nullptr;
+
+  Family<Gauge>* model_info_ = nullptr;
+  Family<Counter>* model_reloads_ = nullptr;
+  Counter* model_loads_succeeded_ = nullptr;
+  Counter* model_loads_failed_ = nullptr;
+  Histogram* model_load_seconds_ = nullptr;
+  Gauge* models_loaded_ = nullptr;
+  std::mutex model_mu_;                      // guards serving_version_gauge_
+  Gauge* serving_version_gauge_ = nullptr;   // jagrank_model_info's one series
 
   std::mutex memory_mu_;  // guards the two running values below
   int64_t peak_device_used_bytes_ = 0;

@@ -149,13 +149,9 @@ void RankerService::Poll(Queue* queue) {
   }
 }
 
-void RankerService::SetReady(const Model* model, Batcher* batcher) {
-  model_ = model;
+void RankerService::SetReady(ModelManager* models, Batcher* batcher) {
+  models_ = models;
   batcher_ = batcher;
-  RequestLimits limits;
-  limits.max_candidates_per_request = config_.max_candidates_per_request;
-  limits.max_request_bytes = config_.max_request_bytes;
-  converter_ = std::make_unique<RankRequestConverter>(model->config(), limits);
   state_.store(kServing, std::memory_order_release);
 }
 
@@ -199,8 +195,11 @@ void RankerService::Handle(RankCall* call) {
   queued->deadline = SteadyDeadline(call->context);
   Status admitted;
   if (state_.load(std::memory_order_acquire) == kServing) {
-    // The protobuf stops here: converted and validated into a RankInput.
-    admitted = converter_->Convert(call->request, &queued->input);
+    // The protobuf stops here: converted and validated into a RankInput, for
+    // the version serving now (held only for this conversion).
+    std::shared_ptr<const ServedModel> served = models_->Current();
+    admitted = served->converter.Convert(call->request, &queued->input);
+    queued->request_contract = served->request_contract;
     if (!admitted.ok()) {
       metrics_->OnRejected("invalid_argument");
       metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
@@ -227,19 +226,21 @@ void RankerService::Handle(RankCall* call) {
 }
 
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {
-  const ModelConfig& c = model_->config();
+  const std::shared_ptr<const ServedModel> served = models_->Current();
+  const Model* model = &served->model();
+  const ModelConfig& c = model->config();
   response->set_name(c.name);
-  response->set_version(model_->version());
+  response->set_version(served->version);
   response->set_embedding_dim(c.embedding_dim);
   response->set_num_dense_features(c.num_dense_features);
   for (const SparseFeatureConfig& f : c.sparse_features) response->add_sparse_feature_names(f.name);
   response->set_max_history_len(c.max_history_len);
   response->set_max_candidates_per_request(config_.max_candidates_per_request);
-  response->set_device(model_->device());
-  response->set_attention(AttentionStrategyName(model_->attention()));
+  response->set_device(model->device());
+  response->set_attention(AttentionStrategyName(model->attention()));
   response->set_attention_heads(c.attention_heads);
   response->set_item_rows(c.item_rows);
-  response->set_weights_bytes(model_->Memory().weights_bytes);
+  response->set_weights_bytes(model->Memory().weights_bytes);
 }
 
 grpc::ServerUnaryReactor* RankerService::GetModelInfo(grpc::CallbackServerContext* context,

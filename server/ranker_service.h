@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "server/batcher.h"
 #include "server/metrics.h"
+#include "server/model_manager.h"
 #include "server/rank_request.h"
 #include "server/server_config.h"
 
@@ -54,9 +55,11 @@ class RankerService final
   // Idempotent; not thread-safe (the server's drain calls it once).
   void StopPolling();
 
-  // After load and warm-up. `model` (read-only here: config, version, info)
-  // and `batcher` must outlive the service.
-  void SetReady(const Model* model, Batcher* batcher);
+  // After load and warm-up. `models` and `batcher` must outlive the
+  // service. Each Rank call is validated by the converter of the version
+  // current when it arrives (ServedModel::converter) and tagged with that
+  // version's request contract; GetModelInfo describes the current version.
+  void SetReady(ModelManager* models, Batcher* batcher);
   // From now on Rank answers UNAVAILABLE; already accepted calls complete.
   void SetDraining();
 
@@ -66,8 +69,8 @@ class RankerService final
   bool serving() const { return state_.load(std::memory_order_acquire) == kServing; }
   // SetReady ran (the model is there, draining or not).
   bool loaded() const { return state_.load(std::memory_order_acquire) != kLoading; }
-  // The model's version, as Rank reports it. REQUIRES: loaded().
-  std::string model_version() const { return model_->version(); }
+  // The serving model's version, as Rank reports it. REQUIRES: loaded().
+  std::string model_version() const { return models_->Current()->version; }
 
   // Admission of a converted request: refuses while loading or draining,
   // and queues it on the batcher. OK: the request is accepted and its
@@ -110,9 +113,8 @@ class RankerService final
 
   const ServerConfig& config_;
   ServerMetrics* const metrics_;
-  const Model* model_ = nullptr;  // set once before state_ becomes kServing
-  Batcher* batcher_ = nullptr;    // set once before state_ becomes kServing
-  std::unique_ptr<RankRequestConverter> converter_;  // set once before state_ becomes kServing
+  ModelManager* models_ = nullptr;  // set once before state_ becomes kServing
+  Batcher* batcher_ = nullptr;      // set once before state_ becomes kServing
   std::atomic<int> state_{kLoading};
   std::atomic<int64_t> inflight_{0};
   std::vector<std::unique_ptr<Queue>> queues_;

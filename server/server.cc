@@ -10,53 +10,14 @@
 #include <thread>
 #include <utility>
 
-#include "common/cuda_check.h"
 #include "common/socket_address.h"
 #include "model/weights.h"
 #include "common/process.h"
 
 namespace jagrank {
-namespace {
 
-Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, const std::string& device,
-                  std::unique_ptr<Model>* out) {
-  ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
-  if (!config.model_weights.empty()) {
-    RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
-  }
-  ModelOptions options;
-  RETURN_IF_ERROR(MakeModelOptions(config, device, &options));
-  return Model::Create(model_config, std::move(weights), options, out);
-}
-
-// Requests of every history shape the model meets (empty, short, full).
-std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
-  std::vector<RankInput> requests;
-  const int lengths[] = {0, 1, std::max(1, c.max_history_len / 2), c.max_history_len};
-  for (int i = 0; i < 4; ++i) {
-    RankInput r;
-    for (int j = 0; j < c.num_dense_features; ++j) r.dense.push_back(0.1f * j);
-    r.sparse.assign(c.sparse_features.size(), std::vector<int64_t>{i});
-    for (int j = 0; j < lengths[i]; ++j) r.history.push_back(int64_t{j} * 7919 + i);
-    for (int j = 0; j < 8; ++j) r.candidates.push_back(int64_t{j} * 104729 + i);
-    requests.push_back(std::move(r));
-  }
-  return requests;
-}
-
-}  // namespace
-
-Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out) {
-  ModelOptions options;
-  options.device = device;
-  options.cpu_threads = config.cpu_threads;
-  options.cuda_bf16 = config.precision != "fp32";  // auto and bf16
-  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
-  *out = options;
-  return Status::Ok();
-}
-
-Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
+Status LoadModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>>* out) {
+  out->clear();
   ModelConfig model_config;
   if (!config.model_config.empty()) {
     RETURN_IF_ERROR(LoadModelConfig(config.model_config, &model_config));
@@ -64,9 +25,16 @@ Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
     Status s = DefaultModelConfig(&model_config);
     if (!s.ok()) return Status(s.code(), "embedded config/model.yaml: " + s.message());
   }
-  std::string device = config.device;
-  if (device == "auto") device = CudaDeviceAvailable() ? "cuda:0" : "cpu";
-  return BuildModel(model_config, config, device, out);
+  for (const std::string& device : ExecutorDevices(config)) {
+    ModelWeights weights;  // empty: Model::Create makes the random model of the config's seed
+    if (!config.model_weights.empty()) {
+      RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
+    }
+    std::unique_ptr<Model> model;
+    RETURN_IF_ERROR(BuildModel(model_config, std::move(weights), config, device, &model));
+    out->push_back(std::move(model));
+  }
+  return Status::Ok();
 }
 
 JagrankServer::JagrankServer(const ServerConfig& config, ServerMetrics* metrics)
@@ -79,24 +47,39 @@ Status JagrankServer::Create(const ServerConfig& config, ServerMetrics* metrics,
   RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
   RETURN_IF_ERROR(server->Start());
-  std::unique_ptr<Model> model;
-  const Clock::time_point start = Clock::now();
-  RETURN_IF_ERROR(LoadModel(config, &model));
-  spdlog::info("model {} version {} loaded on {} in {:.2f} s ({} MiB of weights)", model->config().name,
-               model->version(), model->device(),
-               std::chrono::duration<double>(Clock::now() - start).count(),
-               model->Memory().weights_bytes >> 20);
-  RETURN_IF_ERROR(server->Ready(std::move(model)));
+  std::unique_ptr<ModelManager> models;
+  if (!config.model_repository.empty()) {
+    RETURN_IF_ERROR(ModelManager::CreateFromRepository(server->config_, metrics, &models));
+  } else {
+    std::vector<std::unique_ptr<Model>> instances;
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(LoadModels(config, &instances));
+    const Model& model = *instances.front();
+    spdlog::info("model {} version {} loaded on {} ({} instance(s)) in {:.2f} s ({} MiB of weights each)",
+                 model.config().name, model.version(), config.device, instances.size(),
+                 std::chrono::duration<double>(Clock::now() - start).count(), model.Memory().weights_bytes >> 20);
+    RETURN_IF_ERROR(ModelManager::CreateFixed(server->config_, std::move(instances), metrics, &models));
+  }
+  RETURN_IF_ERROR(server->Ready(std::move(models)));
   *out = std::move(server);
   return Status::Ok();
 }
 
 Status JagrankServer::CreateWithModel(const ServerConfig& config, std::unique_ptr<Model> model,
                                       ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out) {
+  std::vector<std::unique_ptr<Model>> instances;
+  instances.push_back(std::move(model));
+  return CreateWithModels(config, std::move(instances), metrics, out);
+}
+
+Status JagrankServer::CreateWithModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
+                                       ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out) {
   RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<JagrankServer> server(new JagrankServer(config, metrics));
   RETURN_IF_ERROR(server->Start());
-  RETURN_IF_ERROR(server->Ready(std::move(model)));
+  std::unique_ptr<ModelManager> models;
+  RETURN_IF_ERROR(ModelManager::CreateFixed(server->config_, std::move(instances), metrics, &models));
+  RETURN_IF_ERROR(server->Ready(std::move(models)));
   *out = std::move(server);
   return Status::Ok();
 }
@@ -145,33 +128,36 @@ Status JagrankServer::Start() {
   return Status::Ok();
 }
 
-Status JagrankServer::Ready(std::unique_ptr<Model> model) {
-  model_ = std::move(model);
-  // Warm-up: first-touch allocations, workspace pools, kernel loading.
-  const std::vector<RankInput> requests = WarmupRequests(model_->config());
-  std::vector<const RankInput*> pointers;
-  for (const RankInput& r : requests) pointers.push_back(&r);
-  Batch batch;
-  RETURN_IF_ERROR(AssembleBatch(pointers, model_->config(), &batch));
-  std::vector<float> scores;
-  // Through every staging slot the executor uses, so that none of them
-  // allocates its pinned and device buffers under live traffic.
-  for (int slot = 0; slot < Model::kStageSlots; ++slot) {
-    ForwardTimings timings;
-    Status s = model_->Stage(batch, slot);
-    if (s.ok()) s = model_->Run(slot, &scores, &timings);
-    if (!s.ok()) return Status(s.code(), "warm-up forward failed: " + s.message());
-  }
-  metrics_->SetMemory(model_->Memory());
+Status JagrankServer::Ready(std::unique_ptr<ModelManager> models) {
+  models_ = std::move(models);  // loaded and warmed up
+  std::shared_ptr<const ServedModel> served = models_->Current();
+  metrics_->SetMemory(models_->MemoryToReport(served->model(), 0));
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       [model = model_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
-                                         return model->AttentionCost(requests, sum_sq, longest);
-                                       });
-  executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
-  executor_->Start();
-  service_->SetReady(model_.get(), batcher_.get());
+                                       // Every version has the server's one attention
+                                       // strategy; the current one is asked, as the
+                                       // batch goes to it (a replaced one may be freed).
+                                       [models = models_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
+                                         return models->Current()->model().AttentionCost(requests, sum_sq, longest);
+                                       },
+                                       models_->instances());
+  for (int i = 0; i < models_->instances(); ++i) {
+    executors_.push_back(std::make_unique<Executor>(models_.get(), i, batcher_.get(), metrics_));
+  }
+  for (auto& executor : executors_) executor->Start();
+  service_->SetReady(models_.get(), batcher_.get());
+  models_->StartWatching();
   SetHealth(true);
   return Status::Ok();
+}
+
+Status JagrankServer::ReloadModel() { return models_->ReloadNow(); }
+
+void JagrankServer::RequestModelReload() {
+  if (!models_->has_repository()) {
+    spdlog::info("model reload requested: no model_repository configured, nothing to reload");
+    return;
+  }
+  models_->RequestReload();
 }
 
 void JagrankServer::SetHealth(bool serving) {
@@ -197,6 +183,8 @@ Status JagrankServer::Drain() {
   const Clock::time_point start = Clock::now();
   const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
   SetHealth(false);
+  // No version swaps while draining (a load in progress finishes unused).
+  if (models_ != nullptr) models_->StopWatching();
   service_->SetDraining();
   spdlog::info("draining: NOT_SERVING, refusing new calls, finishing {} accepted", service_->inflight());
   if (batcher_ != nullptr) {
@@ -205,8 +193,10 @@ Status JagrankServer::Drain() {
     // past its timeout.
     auto joined = std::make_shared<std::promise<void>>();
     std::future<void> done = joined->get_future();
-    std::thread([executor = executor_.get(), joined] {
-      executor->Join();
+    std::vector<Executor*> executors;
+    for (auto& executor : executors_) executors.push_back(executor.get());
+    std::thread([executors, joined] {
+      for (Executor* executor : executors) executor->Join();
       joined->set_value();
     }).detach();
     if (done.wait_until(give_up) != std::future_status::ready) {
@@ -216,9 +206,9 @@ Status JagrankServer::Drain() {
       grpc_server_->Shutdown(std::chrono::system_clock::now());
       // The executor may still be inside Forward: keep everything it can
       // touch alive; the caller is expected to exit the process now.
-      (void)executor_.release();
+      for (auto& executor : executors_) (void)executor.release();
       (void)batcher_.release();
-      (void)model_.release();
+      (void)models_.release();
       (void)service_.release();
       return drain_status_;
     }

@@ -19,6 +19,7 @@
 #include "server/batcher.h"
 #include "server/executor.h"
 #include "server/metrics.h"
+#include "server/model_manager.h"
 #include "server/ranker_service.h"
 #include "server/server_config.h"
 
@@ -29,27 +30,38 @@ inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
 
 // Reads the model config (config.model_config, or the embedded default),
 // the weights (config.model_weights, or random ones from the config's seed)
-// and builds the model on config.device ("auto": the GPU when this build has
-// CUDA and one is usable, the CPU otherwise).
-Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out);
-// The ModelOptions LoadModel builds the model with on `device` (resolved:
-// cpu, cuda or cuda:N): threads, attention strategy, and precision's CUDA
-// numerics (fp32 -> cuda_bf16 false; bf16 and auto -> true).
-Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out);
+// and builds one instance of the model per executor (ExecutorDevices: each
+// entry of config.device, "auto" being the GPU when this build has CUDA and
+// one is usable, the CPU otherwise; instances_per_device on each). Not for
+// config.model_repository (ModelManager::CreateFromRepository loads those).
+Status LoadModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>>* out);
 
 class JagrankServer {
  public:
   // Starts listening on config.grpc_address with health NOT_SERVING, loads
-  // the model (LoadModel), warms it up, then reports SERVING. `metrics` must
-  // outlive the server.
+  // the model (config.model_repository's highest complete version, or
+  // LoadModels), warms it up, then reports SERVING; a repository is watched
+  // from then on (server/model_manager.h). `metrics` must outlive the server.
   static Status Create(const ServerConfig& config, ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out);
-  // The same with a model built by the caller (tests wrap the real one).
+  // The same with a fixed model built by the caller (tests wrap the real
+  // one): one executor; or one executor per instance (of one config and
+  // weights).
   static Status CreateWithModel(const ServerConfig& config, std::unique_ptr<Model> model, ServerMetrics* metrics,
                                 std::unique_ptr<JagrankServer>* out);
+  static Status CreateWithModels(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances,
+                                 ServerMetrics* metrics, std::unique_ptr<JagrankServer>* out);
   ~JagrankServer();  // Drain()s if not done yet.
 
   int port() const { return port_; }        // the bound gRPC port
-  const Model& model() const { return *model_; }
+  // The version serving now (it may change at any time with a repository).
+  std::shared_ptr<const ServedModel> CurrentModel() const { return models_->Current(); }
+  const ModelManager& model_manager() const { return *models_; }
+  // A repository scan now, blocking for a load (ModelManager::ReloadNow):
+  // OK, or the failure naming the refused version (the serving one stays).
+  Status ReloadModel();
+  // Asks the watch thread for a scan and returns at once (SIGHUP).
+  // Thread-safe.
+  void RequestModelReload();
   const ServerConfig& config() const { return config_; }
 
   // Graceful drain: health NOT_SERVING, new Rank calls UNAVAILABLE, every
@@ -62,14 +74,14 @@ class JagrankServer {
  private:
   JagrankServer(const ServerConfig& config, ServerMetrics* metrics);
   Status Start();  // listener, NOT_SERVING
-  Status Ready(std::unique_ptr<Model> model);  // warm-up, executor, SERVING
+  Status Ready(std::unique_ptr<ModelManager> models);  // executor, watching, SERVING
   void SetHealth(bool serving);
 
   const ServerConfig config_;
   ServerMetrics* const metrics_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<ModelManager> models_;  // declared before the executor, which reads it
   std::unique_ptr<Batcher> batcher_;
-  std::unique_ptr<Executor> executor_;
+  std::vector<std::unique_ptr<Executor>> executors_;  // one per model instance, all on batcher_
   std::unique_ptr<RankerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;

@@ -14,6 +14,7 @@
 #include "common/flags.h"
 #include "common/socket_address.h"
 #include "model/config.h"
+#include "server/model_repository.h"
 
 namespace jagrank {
 namespace {
@@ -89,6 +90,36 @@ Knob Int(const char* key, Field field, int64_t lo, int64_t hi, const char* help,
   return k;
 }
 
+// A finite number in [lo, hi].
+template <typename Field>
+Knob Double(const char* key, Field field, double lo, double hi, const char* help) {
+  Knob k;
+  k.key = key;
+  k.help = help;
+  auto in_range = [lo, hi](const std::string& label, double value) {
+    if (value >= lo && value <= hi) return Status::Ok();
+    std::ostringstream range;
+    range << "must be a number in [" << lo << ", " << hi << "]";
+    return Problem(label, std::to_string(value), range.str());
+  };
+  k.check = [field, in_range](const std::string& label, const ServerConfig& c) { return in_range(label, field(c)); };
+  k.set = [field, in_range](const std::string& label, const std::string& text, ServerConfig* c) {
+    char* end = nullptr;
+    errno = 0;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno != 0) return Problem(label, text, "must be a number");
+    RETURN_IF_ERROR(in_range(label, value));
+    field(*c) = value;
+    return Status::Ok();
+  };
+  k.get = [field](const ServerConfig& c) {
+    std::ostringstream text;
+    text << field(c);
+    return text.str();
+  };
+  return k;
+}
+
 template <typename Field>
 Knob Bool(const char* key, Field field, const char* help) {
   Knob k;
@@ -138,13 +169,24 @@ TextCheck OneOf(std::vector<std::string> allowed) {
 
 Status AnyText(const std::string&, const std::string&) { return Status::Ok(); }
 
-Status DeviceName(const std::string& label, const std::string& value) {
+Status OneDeviceName(const std::string& value) {
   if (value == "auto" || value == "cpu" || value == "cuda") return Status::Ok();
   if (value.rfind("cuda:", 0) == 0 && value.size() > 5 && value.size() <= 8 &&
       value.find_first_not_of("0123456789", 5) == std::string::npos) {
     return Status::Ok();
   }
-  return Problem(label, value, "must be auto, cpu, cuda or cuda:N");
+  return Status::InvalidArgument("must be auto, cpu, cuda or cuda:N");
+}
+
+// One device, or a comma-separated list of them (one set of executors each).
+Status DeviceName(const std::string& label, const std::string& value) {
+  for (const std::string& device : DeviceList(value)) {
+    if (!OneDeviceName(device).ok()) {
+      return Problem(label, value,
+                     "entry '" + device + "' must be auto, cpu, cuda or cuda:N (a list separates devices with commas)");
+    }
+  }
+  return Status::Ok();
 }
 
 // gRPC listens on host:port or unix:/path.
@@ -185,7 +227,8 @@ const std::vector<Knob>& Knobs() {
       Text("metrics_address", Member(&S::metrics_address), MetricsAddress,
            "Prometheus /metrics and the status page, host:port; '' = off"),
       Text("device", Member(&S::device), DeviceName,
-           "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N"),
+           "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N, or a list cuda:0,cuda:1 "
+           "(instances_per_device executors on each)"),
       Text("precision", Member(&S::precision), OneOf({"auto", "fp32", "bf16"}),
            "CUDA numerics: bf16 (bf16 tables and attention, TF32 GEMMs) | fp32 (float32 throughout) | "
            "auto (bf16); checked but ignored on the CPU"),
@@ -227,6 +270,15 @@ const std::vector<Knob>& Knobs() {
           "budget: attention work per batch (jagged: sum of L^2; padded: requests x (max L)^2)", "1073741824"),
       Int("batching.max_queue_requests", Member(&B::max_queue_requests), 1, kMaxInt,
           "queued requests; more -> RESOURCE_EXHAUSTED at once", "8192"),
+      // Model repository.
+      Text("model_repository", Member(&S::model_repository), AnyText,
+           "serve DIR/<n>/model.yaml + DIR/<n>/model.safetensors, the highest complete n that loads, swapped "
+           "without downtime; excludes model_config/model_weights; '' = off"),
+      Double("model_poll_interval_s", Member(&S::model_poll_interval_s), 0, 86400,
+             "rescan model_repository this often (seconds); 0 = only on SIGHUP"),
+      // Several executors.
+      Int("instances_per_device", Member(&S::instances_per_device), 1, 16,
+          "executors per device entry, each with its own model instance, all fed by one batcher"),
   };
   return kKnobs;
 }
@@ -414,14 +466,19 @@ Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* out) {
 
 Status ResolveServerConfig(const GivenKeys& given, const std::function<bool()>& cuda_available,
                            ServerConfig* config) {
-  const bool explicit_cuda = config->device.rfind("cuda", 0) == 0;
-  if (config->device == "auto") {
-    config->device = cuda_available() ? "cuda:0" : "cpu";
-  } else if (explicit_cuda && !cuda_available()) {
-    return Problem(KeyLabel("device"), config->device,
-                   "no usable CUDA device (this build has no CUDA, or no GPU is visible); use auto or cpu");
+  std::string devices;
+  bool cuda = false;
+  for (std::string device : DeviceList(config->device)) {
+    if (device == "auto") {
+      device = cuda_available() ? "cuda:0" : "cpu";
+    } else if (device.rfind("cuda", 0) == 0 && !cuda_available()) {
+      return Problem(KeyLabel("device"), config->device,
+                     "no usable CUDA device (this build has no CUDA, or no GPU is visible); use auto or cpu");
+    }
+    cuda |= device != "cpu";
+    devices += (devices.empty() ? "" : ",") + device;
   }
-  const bool cuda = config->device != "cpu";
+  config->device = devices;
   const ServerConfig defaults;
   for (const Knob& k : Knobs()) {
     if (k.cuda_default.empty() || given.count(k.key)) continue;
@@ -442,6 +499,17 @@ Status CheckServerConfigFiles(const ServerConfig& config) {
   }
   if (!config.model_weights.empty() && !std::ifstream(config.model_weights)) {
     return Status::NotFound(KeyLabel("model_weights") + " = '" + config.model_weights + "': cannot be opened");
+  }
+  if (!config.model_repository.empty()) {
+    std::vector<RepositoryVersion> versions;
+    Status s = ListModelRepository(config.model_repository, &versions);
+    if (!s.ok()) return Status(s.code(), KeyLabel("model_repository") + ": " + s.message());
+    if (versions.empty()) {
+      return Status::NotFound(KeyLabel("model_repository") + " = '" + config.model_repository +
+                              "': no complete version (<n>/model.yaml and <n>/model.safetensors)");
+    }
+    s = LoadModelConfig(versions.front().config_path, &model);
+    if (!s.ok()) return Status(s.code(), KeyLabel("model_repository") + ": " + s.message());
   }
   return Status::Ok();
 }
@@ -474,7 +542,23 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return Problem(KeyLabel("grpc_max_receive_message_bytes"), std::to_string(c.grpc_max_receive_message_bytes),
                    "must be >= max_request_bytes (" + std::to_string(c.max_request_bytes) + ")");
   }
+  if (!c.model_repository.empty() && (!c.model_config.empty() || !c.model_weights.empty())) {
+    return Problem(KeyLabel("model_repository"), c.model_repository,
+                   "model_repository and model_config/model_weights are mutually exclusive: each repository "
+                   "version carries its own model.yaml and model.safetensors");
+  }
   return Status::Ok();
+}
+
+std::vector<std::string> DeviceList(const std::string& device) {
+  std::vector<std::string> entries;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = device.find(',', start);
+    entries.push_back(device.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return entries;
+    start = comma + 1;
+  }
 }
 
 std::string ServerConfigSummary(const ServerConfig& c, const GivenKeys& given) {

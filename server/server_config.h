@@ -41,7 +41,7 @@ struct BatchingConfig {
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";     // host:port or unix:/path of the gRPC listener (port 0 = pick one)
   std::string metrics_address = "0.0.0.0:9100";  // host:port of /metrics and the status page; empty = off
-  std::string device = "auto";                   // auto | cpu | cuda | cuda:N (ResolveServerConfig resolves auto)
+  std::string device = "auto";                   // auto | cpu | cuda | cuda:N, or a list "cuda:0,cuda:1" (ResolveServerConfig resolves auto)
   std::string precision = "auto";                // auto | fp32 | bf16: CUDA numerics (auto = bf16); ignored on CPU
   std::string model_config;                      // model YAML path; empty = the embedded config/model.yaml
   std::string model_weights;                     // safetensors path; empty = random weights from the config's seed
@@ -56,7 +56,21 @@ struct ServerConfig {
   int64_t drain_linger_ms = 300;                 // then keep answering UNAVAILABLE this long before closing
   std::string log_level = "info";                // trace | debug | info | warn | error
   BatchingConfig batching;
+
+  // Model repository (server/model_repository.h, server/model_manager.h):
+  // DIR/<n>/model.yaml + DIR/<n>/model.safetensors; the highest complete
+  // version that loads is served and replaced without downtime. Excludes
+  // model_config and model_weights. Empty = serve model_config/model_weights.
+  std::string model_repository;
+  double model_poll_interval_s = 10;             // rescan the repository this often; 0 = only on SIGHUP
+
+  // Several executors (server/executor.h): this many per entry of the
+  // device list, each with its own model instance, all fed by one batcher.
+  int instances_per_device = 1;
 };
+
+// The entries of a device list ("cuda:0,cuda:1"), as written.
+std::vector<std::string> DeviceList(const std::string& device);
 
 // One knob as the table declares it, for --help, tests and docs.
 struct ServerConfigKey {

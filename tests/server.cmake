@@ -15,3 +15,10 @@ target_compile_definitions(server_process_test PRIVATE
   JAGRANK_LOADGEN_BINARY="$<TARGET_FILE:jagrank-loadgen>"
   $<$<BOOL:${JAGRANK_WITH_TCMALLOC}>:JAGRANK_EXPECT_TCMALLOC=1>)
 add_dependencies(server_process_test jagrank-server jagrank-client jagrank-loadgen)
+# Model repository and hot reload: real files, real gRPC over loopback.
+jagrank_add_test(NAME server_reload_test SOURCES server_reload_test.cc
+                 LIBS jagrank_server jagrank_health_proto TIMEOUT 180)
+target_include_directories(server_reload_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# Several executors on one batcher (CPU).
+jagrank_add_test(NAME server_executors_test SOURCES server_executors_test.cc LIBS jagrank_server TIMEOUT 120)
+target_include_directories(server_executors_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

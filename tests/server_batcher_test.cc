@@ -265,6 +265,38 @@ TEST(BatcherTest, DispatchWhenIdleClosesAtOnceWhileTheExecutorHasNoBatchWaiting)
   }
 }
 
+// Two executors on one batcher: with dispatch_when_idle a batch closes at
+// once while either executor has no batch waiting, and waits (for the
+// delay) only while both have one.
+TEST(BatcherTest, DispatchWhenIdleWithTwoExecutorsWaitsOnlyWhileBothHaveABatchWaiting) {
+  NullMetrics metrics;
+  Finished finished;
+  BatchingConfig c = Budgets();  // 10 s delay
+  c.dispatch_when_idle = true;
+  Batcher batcher(c, &metrics, JaggedAttentionCost, /*executors=*/2);
+  std::vector<std::unique_ptr<QueuedRequest>> batch;
+  batcher.SetExecutorHasBatchWaiting(true);  // the first executor has one; the second none
+  auto r = Fake(0, 1, 1, &finished);
+  ASSERT_TRUE(batcher.Enqueue(&r).ok());
+  const auto start = Clock::now();
+  ASSERT_TRUE(batcher.NextBatch(&batch));
+  EXPECT_LT(SecondsOf(Clock::now() - start), 1.0);
+  batcher.SetExecutorHasBatchWaiting(true);  // now both have one
+  r = Fake(1, 1, 1, &finished);
+  ASSERT_TRUE(batcher.Enqueue(&r).ok());
+  std::atomic<bool> got{false};
+  std::thread consumer([&] { got = batcher.NextBatch(&batch); });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(got) << "closed while both executors had a batch waiting";
+  const auto released_at = Clock::now();
+  batcher.SetExecutorHasBatchWaiting(false);  // one of them took its batch
+  consumer.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(SecondsOf(Clock::now() - released_at), 1.0);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(Tag(batch[0]), 1);
+}
+
 TEST(BatcherTest, CloseFlushesWithoutDelayThenEnds) {
   NullMetrics metrics;
   Finished finished;

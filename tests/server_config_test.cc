@@ -65,6 +65,7 @@ std::string OtherValue(const ServerConfigKey& k) {
       {"model_config", "/m.yaml"},        {"model_weights", "/w.safetensors"},
       {"attention", "padded_flash"},      {"grpc_channel_args", "grpc.http2.bdp_probe=0"},
       {"log_level", "warn"},
+      {"model_repository", "/models"},    {"model_poll_interval_s", "2.5"},
   };
   if (k.is_bool) return k.default_value == "true" ? "false" : "true";
   if (IsWholeNumber(k.default_value)) return std::to_string(std::stoll(k.default_value) + 1);
@@ -162,6 +163,10 @@ TEST(ServerConfigTest, EachBadValueIsRefusedNamingItsKey) {
       {"batching.max_batch_history_tokens", "1.5", "must be a whole number"},
       {"batching.max_batch_attention_cost", "-1", "must be in [1, "},
       {"batching.max_queue_requests", "99999999999", "[1, 2147483647]"},
+      {"model_poll_interval_s", "-1", "must be a number in [0, 86400]"},
+      {"model_poll_interval_s", "soon", "must be a number"},
+      {"instances_per_device", "0", "[1, 16]"},
+      {"device", "cuda:0,gpu", "entry 'gpu' must be auto, cpu, cuda or cuda:N"},
   };
   std::set<std::string> covered;
   for (const Case& c : cases) {
@@ -187,9 +192,9 @@ TEST(ServerConfigTest, EachBadValueIsRefusedNamingItsKey) {
         << s.message();
     EXPECT_NE(s.message().find(c.says), std::string::npos) << s.message();
   }
-  // Every key with a check has a case here (the two paths take any text).
+  // Every key with a check has a case here (the paths take any text).
   for (const ServerConfigKey& k : ServerConfigKeys()) {
-    if (k.key == "model_config" || k.key == "model_weights") continue;
+    if (k.key == "model_config" || k.key == "model_weights" || k.key == "model_repository") continue;
     EXPECT_EQ(covered.count(k.key), 1u) << "no bad-value case for " << k.key;
   }
 }

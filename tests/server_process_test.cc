@@ -6,8 +6,10 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "common/cuda_check.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "process_util.h"
 #include "server_test_helpers.h"
 
@@ -113,7 +116,11 @@ class ServerProcessTest : public ::testing::Test {
       address_ = address;
     }
     std::vector<std::string> args = {JAGRANK_SERVER_BINARY, "--grpc-address", address_, "--metrics-address", "",
-                                     "--device", "cpu", "--model-config", dir_ + "/model.yaml", "--cpu-threads", "1", "--log-level", "debug"};
+                                     "--device", "cpu", "--cpu-threads", "1", "--log-level", "debug"};
+    // A model repository replaces --model-config (they are exclusive).
+    if (std::find(extra.begin(), extra.end(), "--model-repository") == extra.end()) {
+      args.insert(args.end(), {"--model-config", dir_ + "/model.yaml"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = Spawn(args, dir_ + "/server.log");
     ASSERT_GT(pid_, 0);
@@ -495,6 +502,81 @@ TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   r = nlohmann::json::parse(ReadFile(json));
   EXPECT_GT(r["requests_ok"].get<int64_t>(), 0) << r.dump();
   EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
+}
+
+// Writes version `n` of the test model (weights from `seed`) into `repo`.
+void WriteRepositoryVersion(const std::string& repo, int n, uint64_t seed) {
+  mkdir(repo.c_str(), 0755);
+  const std::string staging = repo + "/.staging";
+  ASSERT_EQ(mkdir(staging.c_str(), 0755), 0);
+  ModelConfig config = server_test::SmallModelConfig();
+  config.seed = seed;
+  std::ofstream(staging + "/model.yaml") << ModelConfigToYaml(config);
+  ModelWeights weights;
+  ASSERT_TRUE(MakeRandomWeights(config, &weights).ok());
+  ASSERT_TRUE(WriteSafetensors(staging + "/model.safetensors", weights).ok());
+  ASSERT_EQ(std::rename(staging.c_str(), (repo + "/" + std::to_string(n)).c_str()), 0);
+}
+
+// SIGHUP makes the binary scan its model repository (no polling here): a
+// version added after start serves without a restart, and the server exits
+// cleanly after. A repository excludes --model-config.
+TEST_F(ServerProcessTest, SighupReloadsTheModelRepository) {
+  const std::string repo = dir_ + "/repo";
+  WriteRepositoryVersion(repo, 1, 11);
+  StartServer({"--model-repository", repo, "--model-poll-interval-s", "0"});
+  auto info_version = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    v1::ModelInfo info;
+    EXPECT_TRUE(stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+    return info.version();
+  };
+  EXPECT_EQ(info_version().rfind("1:", 0), 0u) << info_version();
+  WriteRepositoryVersion(repo, 2, 12);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(info_version().rfind("1:", 0), 0u) << "reloaded without SIGHUP";
+  ASSERT_EQ(kill(pid_, SIGHUP), 0);
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (info_version().rfind("2:", 0) != 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(info_version().rfind("2:", 0), 0u) << ReadFile(dir_ + "/server.log");
+  const v1::RankRequest request = MakeRequest(5, 4, 3, model_config_);
+  auto call = SendRank(stub_.get(), request);
+  ASSERT_TRUE(call->Wait(30s));
+  ASSERT_TRUE(call->status.ok()) << call->status.error_message();
+  EXPECT_EQ(call->response.model_version(), info_version());
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("SIGHUP"), std::string::npos);
+  StopServerExpectCleanExit();
+
+  std::string out;
+  EXPECT_EQ(RunServerToExit("--model-repository " + repo, &out), 2) << out;
+  EXPECT_NE(out.find("mutually exclusive"), std::string::npos) << out;
+  // --check-config looks into the repository.
+  const std::string check = std::string(JAGRANK_SERVER_BINARY) + " --check-config --device cpu --model-repository ";
+  EXPECT_EQ(RunCommand(check + repo + " 2>&1", &out), 0) << out;
+  ASSERT_EQ(mkdir((dir_ + "/empty").c_str(), 0755), 0);
+  EXPECT_EQ(RunCommand(check + dir_ + "/empty 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("model_repository"), std::string::npos) << out;
+  EXPECT_NE(out.find("no complete version"), std::string::npos) << out;
+}
+
+// Without a repository SIGHUP is logged and ignored (its default action
+// would have killed the server).
+TEST_F(ServerProcessTest, SighupWithoutARepositoryKeepsServing) {
+  StartServer({});
+  ASSERT_EQ(kill(pid_, SIGHUP), 0);
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (ReadFile(dir_ + "/server.log").find("nothing to reload") == std::string::npos &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find("nothing to reload"), std::string::npos);
+  auto call = SendRank(stub_.get(), MakeRequest(6, 2, 2, model_config_));
+  ASSERT_TRUE(call->Wait(30s));
+  EXPECT_TRUE(call->status.ok()) << call->status.error_message();
+  StopServerExpectCleanExit();
 }
 
 // precision is checked on the CPU too (and then ignored); an unknown

@@ -1,0 +1,187 @@
+// Several executors on one batcher, on the CPU: both compute (while one is
+// held inside its forward pass the other keeps answering), every answer
+// equals the model's own forward pass, and a version swap reaches both.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "server/server.h"
+#include "server_test_helpers.h"
+
+namespace jagrank {
+namespace {
+
+using namespace std::chrono_literals;
+using server_test::ForwardLog;
+using server_test::Gate;
+using server_test::MakeRequest;
+using server_test::PendingCall;
+using server_test::SendRank;
+
+constexpr float kTolerance = 1e-5f;
+
+ServerConfig TestConfig() {
+  ServerConfig c;
+  c.grpc_address = "127.0.0.1:0";
+  c.metrics_address = "";
+  c.device = "cpu";
+  c.cpu_threads = 1;
+  c.drain_linger_ms = 0;
+  c.batching.max_queue_delay_us = 0;
+  c.batching.max_batch_requests = 2;
+  return c;
+}
+
+void ExpectMatches(Model* oracle, const v1::RankRequest& request, const PendingCall& call) {
+  ASSERT_TRUE(call.status.ok()) << call.status.error_message();
+  const std::vector<float> want = server_test::ForwardAlone(oracle, request);
+  ASSERT_EQ(static_cast<size_t>(call.response.scores_size()), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(call.response.scores(i), want[i], kTolerance);
+  EXPECT_EQ(call.response.model_version(), oracle->version());
+}
+
+size_t Computed(ForwardLog* log) {
+  std::lock_guard<std::mutex> lock(log->mu);
+  return log->batch_requests.size();
+}
+
+// Two executors over two instances of the real model: executor 0 is held in
+// its forward pass, and executor 1 still answers every further call; once
+// released, the held batch is answered too. Each instance computed batches.
+TEST(ServerExecutorsTest, WhileOneExecutorIsHeldTheOtherAnswers) {
+  const ModelConfig model_config = server_test::SmallModelConfig();
+  std::unique_ptr<Model> oracle = server_test::MakeCpuModel(model_config);
+  Gate gates[2];
+  ForwardLog logs[2];
+  std::vector<std::unique_ptr<Model>> instances;
+  for (int i = 0; i < 2; ++i) {
+    instances.push_back(std::make_unique<server_test::RecordingModel>(server_test::MakeCpuModel(model_config),
+                                                                      &gates[i], &logs[i]));
+  }
+  server_test::CountingMetrics metrics;
+  std::unique_ptr<JagrankServer> server;
+  ServerConfig config = TestConfig();
+  ASSERT_TRUE(JagrankServer::CreateWithModels(config, std::move(instances), &metrics, &server).ok());
+  ASSERT_EQ(server->model_manager().instances(), 2);
+  const size_t warmup[2] = {Computed(&logs[0]), Computed(&logs[1])};
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
+  auto stub = v1::Ranker::NewStub(channel);
+
+  // Hold executor 0: send calls one by one until one of them is inside its
+  // gate (the others are answered by whichever executor took them).
+  gates[0].Close();
+  gates[0].ResetCount();
+  std::vector<v1::RankRequest> requests;
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (int i = 0; i < 50 && !gates[0].WaitEntered(1, 0ms); ++i) {
+    requests.push_back(MakeRequest(400 + i, i % 20, 1 + i % 4, model_config));
+    calls.push_back(SendRank(stub.get(), requests.back()));
+    // Either answered (executor 1) or held (executor 0).
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    while (!calls.back()->Wait(5ms) && !gates[0].WaitEntered(1, 5ms) && std::chrono::steady_clock::now() < give_up) {
+    }
+  }
+  ASSERT_TRUE(gates[0].WaitEntered(1, 0ms)) << "executor 0 never took a batch";
+  const size_t held = calls.size() - 1;  // the last call sent is the held one
+  EXPECT_FALSE(calls[held]->Wait(0ms));
+
+  // Executor 0 is stuck in Run. Its assembly thread may still take two more
+  // batches (one staged in the other slot and waiting to run, one waiting
+  // for a slot), at most 2 x max_batch_requests = 4 of ten calls: executor 1
+  // answers the other six or more meanwhile.
+  const size_t first_more = calls.size();
+  for (int i = 0; i < 10; ++i) {
+    requests.push_back(MakeRequest(500 + i, i, 2, model_config));
+    calls.push_back(SendRank(stub.get(), requests.back()));
+  }
+  auto answered = [&] {
+    int n = 0;
+    for (size_t i = first_more; i < calls.size(); ++i) n += calls[i]->Wait(0ms);
+    return n;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (answered() < 6 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
+  EXPECT_GE(answered(), 6) << "executor 1 did not answer while executor 0 was held";
+  EXPECT_FALSE(calls[held]->Wait(0ms));
+  gates[0].Open();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s));
+    ExpectMatches(oracle.get(), requests[i], *calls[i]);
+  }
+  EXPECT_GT(Computed(&logs[0]), warmup[0]);
+  EXPECT_GT(Computed(&logs[1]), warmup[1]);
+}
+
+// The real path: --device cpu with instances_per_device 2 (and the list
+// form cpu,cpu) builds two executors, and a burst of concurrent calls is
+// answered correctly.
+TEST(ServerExecutorsTest, InstancesPerDeviceAndADeviceListBuildTwoExecutors) {
+  const ModelConfig model_config = server_test::SmallModelConfig();
+  char dir_template[] = "/tmp/jagrank_executors_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::ofstream(dir + "/model.yaml") << ModelConfigToYaml(model_config);
+  std::unique_ptr<Model> oracle = server_test::MakeCpuModel(model_config);
+  for (const bool list : {false, true}) {
+    SCOPED_TRACE(list ? "device list" : "instances_per_device");
+    ServerConfig config = TestConfig();
+    config.model_config = dir + "/model.yaml";
+    if (list) {
+      config.device = "cpu,cpu";
+    } else {
+      config.instances_per_device = 2;
+    }
+    server_test::CountingMetrics metrics;
+    std::unique_ptr<JagrankServer> server;
+    Status s = JagrankServer::Create(config, &metrics, &server);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(server->model_manager().instances(), 2);
+    auto channel =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
+    auto stub = v1::Ranker::NewStub(channel);
+    std::vector<v1::RankRequest> requests;
+    std::vector<std::unique_ptr<PendingCall>> calls;
+    for (int i = 0; i < 40; ++i) {
+      requests.push_back(MakeRequest(600 + i, (i * 3) % 40, 1 + i % 6, model_config));
+      calls.push_back(SendRank(stub.get(), requests.back()));
+    }
+    for (size_t i = 0; i < calls.size(); ++i) {
+      ASSERT_TRUE(calls[i]->Wait(30s));
+      ExpectMatches(oracle.get(), requests[i], *calls[i]);
+    }
+    EXPECT_EQ(metrics.done("OK"), 40);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServerExecutorsTest, ConfigChecksTheDeviceListAndInstances) {
+  ServerConfig c = TestConfig();
+  c.device = "cuda:0,tpu";
+  Status s = ValidateServerConfig(c);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("'tpu'"), std::string::npos) << s.message();
+  c.device = "cuda:0,";
+  EXPECT_FALSE(ValidateServerConfig(c).ok());
+  c.device = "cuda:0,cuda:1";
+  EXPECT_TRUE(ValidateServerConfig(c).ok());
+  c.instances_per_device = 0;
+  s = ValidateServerConfig(c);
+  EXPECT_NE(s.message().find("'instances_per_device' = '0'"), std::string::npos) << s.message();
+  c.instances_per_device = 17;  // the limit is 16
+  EXPECT_FALSE(ValidateServerConfig(c).ok());
+  ServerConfig parsed;
+  ASSERT_TRUE(ParseServerConfig("device: cpu,cpu\ninstances_per_device: 3\n", &parsed).ok());
+  EXPECT_EQ(parsed.instances_per_device, 3);
+  EXPECT_EQ(ExecutorDevices(parsed), std::vector<std::string>(6, "cpu"));
+  parsed.device = "cuda:0,cuda:1";
+  parsed.instances_per_device = 2;
+  EXPECT_EQ(ExecutorDevices(parsed), (std::vector<std::string>{"cuda:0", "cuda:0", "cuda:1", "cuda:1"}));
+}
+
+}  // namespace
+}  // namespace jagrank
