@@ -280,8 +280,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   };
   const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
-  // Prologue: tile 0 in one cp.async group (Q rides with it).
-  load_kv(0, 0);
+  // Prologue: tile 0 in one cp.async group (Q rides with it); behind an
+  // always-true check where Traits::kRecomputeCopyAddresses (see there).
+  if (!Traits::kRecomputeCopyAddresses || 0 < n_blocks) load_kv(0, 0);
   CpAsyncCommit();
 
   // Warpgroups whose rows all lie past the sequence's end only help with copies.
