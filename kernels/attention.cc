@@ -96,7 +96,11 @@ int RoundUp(int value, int multiple) { return (value + multiple - 1) / multiple 
 // error < 2e-7), 2^n through the exponent bits; n is rounded by adding
 // 1.5 * 2^23 so that it also sits in the low mantissa bits. x is clamped at
 // -87 (exp = 1.6e-38, negligible beside the max's weight of 1).
+// Sanitizer builds (JAGRANK_NO_TARGET_CLONES) skip the clones: their ifunc
+// resolver runs before the sanitizer runtime starts.
+#if !defined(JAGRANK_NO_TARGET_CLONES)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
 void SoftmaxRows(float* scores, int keys, int keys_pad, float* inv_sums) {
   const Vec8 zero = {};
   for (int r = 0; r < kSoftmaxRows; ++r) {

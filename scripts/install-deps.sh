@@ -11,8 +11,9 @@ build_pkgs=(
   prometheus-cpp-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
   libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
-# Real peers the integration tests drive: the Prometheus server and a headless browser.
-test_pkgs=(prometheus chromium curl python3)
+# Real peers the integration tests drive: the Prometheus server and a headless browser;
+# clang and its runtimes for the libFuzzer targets (fuzz/, make fuzz).
+test_pkgs=(prometheus chromium curl python3 clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}")
 if [ "${1:-}" = "--build-only" ]; then pkgs=("${build_pkgs[@]}"); fi
