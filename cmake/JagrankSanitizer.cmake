@@ -35,6 +35,14 @@ add_link_options(${_jagrank_san_flags})
 # versions only.
 add_compile_definitions(JAGRANK_NO_TARGET_CLONES=1)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # The runtimes linked into each executable (clang's default). As two shared
+  # libraries, GCC's libubsan keeps its own report file and ignores
+  # log_path: scripts/sanitizer-ctest.sh needs every report in a file.
+  if(JAGRANK_SANITIZER STREQUAL "address")
+    add_link_options(-static-libasan -static-libubsan)
+  else()
+    add_link_options(-static-libtsan)
+  endif()
   # GCC 12 with -fsanitize=address reports a false -Wmaybe-uninitialized
   # inside libstdc++'s <regex> (std::__detail::_Executor, used by two tests):
   # the sanitizer's instrumentation hides the initialisation from the
