@@ -6,8 +6,11 @@ BUILD_TYPE ?= Release
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 SERVER_ARGS ?=
+IMAGE ?= jagrank:latest
+# podman with the repository's settings, its storage in the build tree
+PODMAN = JAGRANK_PODMAN_DIR=$(abspath $(BUILD_DIR))/podman deploy/image/podman.sh
 
-.PHONY: all deps configure build run test test-gpu clean test-asan test-tsan fuzz fuzz-build
+.PHONY: all deps configure build run test test-gpu image image-test clean test-asan test-tsan fuzz fuzz-build
 
 all: build
 
@@ -32,13 +35,24 @@ test: build fuzz-build
 test-gpu: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L gpu
 
+# The CUDA image (Dockerfile defaults: NVIDIA's CUDA 13 devel and base images,
+# which podman pulls from their registry). Push it with
+#   deploy/image/podman.sh push $(IMAGE) docker://REGISTRY/jagrank:TAG
+image: deps
+	$(PODMAN) build --format docker -t $(IMAGE) .
+
+# The CPU image on a local Debian 12 base, built and checked
+# (tests/deploy_image_test.sh); `make test` runs it too.
+image-test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -R '^deploy_image_test$$'
+
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)
 
 # Sanitizers and fuzzing: CPU-only builds, each in its own directory, so the
 # normal build is never slowed by them.
-#   make test-asan   ASan + UBSan build, the whole suite (GPU and fuzz labels
-#                    excluded), servers spawned by tests included: any report fails
+#   make test-asan   ASan + UBSan build, the whole suite (labels gpu, fuzz and image
+#                    (the container) excluded), servers spawned by tests included: any report fails
 #   make test-tsan   TSan build, the batcher, executor (server_grpc_test), thread pool and server tests
 #   make fuzz        each libFuzzer target of fuzz/ for FUZZ_SECONDS (clang)
 ASAN_BUILD_DIR ?= build-asan
@@ -54,7 +68,7 @@ TSAN_TESTS ?= server_batcher_test|server_grpc_test|server_rank_request_test|serv
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE_ARGS) -DJAGRANK_SANITIZER=address
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
-	scripts/sanitizer-ctest.sh address $(ASAN_BUILD_DIR) -j $(JOBS) -LE 'gpu|fuzz'
+	scripts/sanitizer-ctest.sh address $(ASAN_BUILD_DIR) -j $(JOBS) -LE 'gpu|fuzz|image'
 
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE_ARGS) -DJAGRANK_SANITIZER=thread -DJAGRANK_BUILD_BENCH=OFF

@@ -1,11 +1,11 @@
 """jagrank's jagged flash attention against torch's attention paths on one GPU.
 
-Loads the C ABI (kernels/jagrank_c.h, libjagrank_kernels_c.so) through
+Loads the C ABI (kernels/c_api/jagrank_c.h, libjagrank_kernels_c.so) through
 ctypes, checks it against torch SDPA on random jagged inputs (relative error),
-then times it beside torch's variants on the shapes of ANCHORS.md, with the
-method of ../shared/tools/attention_anchors.py: CUDA events, median of 20
-after warm-up, peak memory beyond the inputs (torch's caching allocator:
-outputs and padded copies count; ours allocates only its output).
+then times it beside torch's variants on SELF_SHAPES and TARGET_SHAPES below:
+CUDA events, median of 20 after warm-up, peak memory beyond the inputs
+(torch's caching allocator: outputs and padded copies count; ours allocates
+only its output).
 
 Self-attention (bf16, B sequences, H heads of D dims, lengths with mean
 fill x N):
@@ -22,14 +22,11 @@ and varlen_fa2 as cross-attention.
 "eff TF/s" counts only the real work: 4 sum(Lq Lk) H D. "x<variant>" columns
 are that variant's time over ours (> 1: we are faster).
 
-Table and plot again from a saved run (no GPU, no torch), e.g. with the
-default path's choice per shape taken from the A/B rows of that run:
-  python3 attention_vs_torch.py --from-json r.json --ours-rows self:32=jagrank:mma_sync,target:2048=... --plot t.png
+Table and plot again from a saved run (no GPU, no torch):
+  python3 attention_vs_torch.py --from-json r.json --plot t.png
 
 Run on the GPU machine:
   python3 attention_vs_torch.py --lib libjagrank_kernels_c.so [--out r.json] [--plot t.png] [--quick]
-      [--kernels mma_sync,wgmma,wgmma_alt]   (extra rows "jagrank:<k>": the library with
-                                              JAGRANK_FLASH_KERNEL=<k>, same inputs, same process)
 """
 import argparse
 import ctypes
@@ -46,12 +43,12 @@ except ImportError:
 
 DTYPE_BF16 = 1
 
-SELF_SHAPES = [  # (B, N, H, D, fill), ANCHORS.md
+SELF_SHAPES = [  # (B, N, H, D, fill)
     (1024, 256, 4, 32, 0.5), (1024, 512, 4, 32, 0.5), (1024, 1024, 4, 32, 0.5),
     (512, 2048, 4, 32, 0.5), (1024, 1024, 4, 32, 0.25), (1024, 1024, 4, 32, 0.1),
     (1024, 512, 4, 64, 0.5), (512, 1024, 4, 128, 0.5), (256, 4096, 4, 64, 0.25),
 ]
-TARGET_SHAPES = [  # (B, Cmin, Cmax, Lmax, d), ANCHORS.md
+TARGET_SHAPES = [  # (B, Cmin, Cmax, Lmax, d)
     (256, 64, 512, 1024, 64), (256, 64, 512, 2048, 64), (1024, 16, 128, 1024, 64),
     (128, 256, 1024, 4096, 64),
 ]
@@ -94,7 +91,7 @@ def ours_target(lib, q, q_offsets, max_q, z, k_offsets, max_k, scale):
 
 
 def lengths(B, N, fill, gen):
-    # ANCHORS.md: uniform in [lo, N] with mean ~ fill N for fill >= 0.5, else [1, 2 fill N].
+    # Uniform in [lo, N] with mean ~ fill N for fill >= 0.5, else [1, 2 fill N].
     if fill >= 0.5:
         lo = max(1, int((2 * fill - 1) * N))
         return torch.randint(lo, N + 1, (B,), generator=gen)
@@ -198,30 +195,7 @@ def check_against_sdpa(lib, gen, dev):
     return worst
 
 
-def kernel_variants(ours, check, kernels):
-    """jagrank with JAGRANK_FLASH_KERNEL set to each of `kernels` (read by the
-    library per call): same inputs, same process, as variants "jagrank:<k>".
-    Each is checked against varlen_fa2 first; a wrong one is not timed."""
-    out = []
-    for k in kernels:
-        def fn(k=k):
-            old = os.environ.get("JAGRANK_FLASH_KERNEL")
-            os.environ["JAGRANK_FLASH_KERNEL"] = k
-            try:
-                return ours()
-            finally:
-                if old is None:
-                    del os.environ["JAGRANK_FLASH_KERNEL"]
-                else:
-                    os.environ["JAGRANK_FLASH_KERNEL"] = old
-        err = check(fn)
-        print(f"  jagrank:{k} rel err vs varlen_fa2 {err:.2e}", flush=True)
-        if err <= 1e-2:
-            out.append((f"jagrank:{k}", fn))
-    return out
-
-
-def run_self(lib, gen, dev, shapes, skip, kernels):
+def run_self(lib, gen, dev, shapes, skip):
     rows = []
     dt = torch.bfloat16
     for (B, N, H, D, fill) in shapes:
@@ -271,7 +245,8 @@ def run_self(lib, gen, dev, shapes, skip, kernels):
 
         flops = 4.0 * float((L.double() ** 2).sum()) * H * D
         err = rel_err(ours(), varlen())
-        variants = [("jagrank", ours)] + kernel_variants(ours, lambda fn: rel_err(fn(), varlen()), kernels) + [
+        variants = [
+            ("jagrank", ours),
             ("dense", dense), ("sdpa_flash", sdpa_flash), ("sdpa_mask", sdpa_mask), ("cudnn", cudnn),
             ("varlen_fa2", varlen)]
         for name, fn in variants:
@@ -290,7 +265,7 @@ def run_self(lib, gen, dev, shapes, skip, kernels):
     return rows
 
 
-def run_target(lib, gen, dev, shapes, skip, kernels):
+def run_target(lib, gen, dev, shapes, skip):
     rows = []
     dt = torch.bfloat16
     for (B, Cmin, Cmax, Lmax, d) in shapes:
@@ -335,7 +310,8 @@ def run_target(lib, gen, dev, shapes, skip, kernels):
 
         flops = 4.0 * float((C.double() * L.double()).sum()) * d
         err = rel_err(ours(), varlen()[:, 0])
-        variants = [("jagrank", ours)] + kernel_variants(ours, lambda fn: rel_err(fn(), varlen()[:, 0]), kernels) + [
+        variants = [
+            ("jagrank", ours),
             ("padded_dense", dense), ("sdpa_padded", sdpa), ("varlen_fa2", varlen)]
         for name, fn in variants:
             if name in skip:
@@ -419,33 +395,6 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
-def select_ours(rows, spec):
-    """Rows of one run with "jagrank" replaced, per shape, by the A/B row that
-    `spec` names: comma-separated SELECTOR=VARIANT, SELECTOR = self:D or
-    target:Lmax (every shape of that kind with that D / Lmax), or
-    target:Lmax:Cmin-Cmax (that one shape; takes precedence). The chosen row
-    keeps its variant name in "measured_as"; the other jagrank rows are
-    dropped. Shapes no selector names keep their own jagrank row."""
-    picks = {}
-    for item in spec.split(","):
-        sel, variant = item.split("=")
-        parts = sel.split(":")
-        picks[(parts[0], int(parts[1]), parts[2] if len(parts) > 2 else None)] = variant
-
-    def pick(r):
-        value = r["D"] if r["kind"] == "self" else r["Lmax"]
-        exact = picks.get((r["kind"], value, r.get("C")))
-        return exact or picks.get((r["kind"], value, None), "jagrank")
-
-    out = []
-    for r in rows:
-        if not r["variant"].startswith("jagrank"):
-            out.append(r)
-        elif r["variant"] == pick(r):
-            out.append(dict(r, variant="jagrank", measured_as=r["variant"]))
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -455,15 +404,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="two self shapes, one target shape")
     ap.add_argument("--skip", default="", help="comma-separated variants not to time (e.g. dense)")
     ap.add_argument("--from-json", default=None, help="print the table (and --plot) of a saved run instead of running")
-    ap.add_argument("--ours-rows", default=None, help="with --from-json: which A/B row is jagrank per shape "
-                    "(see select_ours)")
-    ap.add_argument("--kernels", default="", help="comma-separated JAGRANK_FLASH_KERNEL values to time as extra "
-                    "jagrank variants (mma_sync, wgmma, wgmma_alt)")
     a = ap.parse_args()
     if a.from_json:
         rows = json.load(open(a.from_json))
-        if a.ours_rows:
-            rows = select_ours(rows, a.ours_rows)
         if a.plot:
             plot(rows, a.plot)
         print_table(rows)
@@ -481,9 +424,8 @@ def main():
     skip = set(s for s in a.skip.split(",") if s)
     self_shapes = SELF_SHAPES[:2] if a.quick else SELF_SHAPES
     target_shapes = TARGET_SHAPES[:1] if a.quick else TARGET_SHAPES
-    kernels = [k for k in a.kernels.split(",") if k]
-    rows = (run_self(lib, gen, dev, self_shapes, skip, kernels) +
-            run_target(lib, gen, dev, target_shapes, skip, kernels))
+    rows = (run_self(lib, gen, dev, self_shapes, skip) +
+            run_target(lib, gen, dev, target_shapes, skip))
     if a.out:
         json.dump(rows, open(a.out, "w"), indent=1)
     if a.plot:

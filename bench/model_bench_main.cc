@@ -34,6 +34,8 @@ struct Options {
   std::string device = "cuda";
   std::string attention = "jagged,padded_flash,padded_dense";
   std::string model_config;  // empty: the embedded default
+  std::string model_weights;  // empty: the random model of the config's seed
+  int sparse_ids_max = 4;     // ids per sparse feature: uniform in [1, this]
   int requests_per_batch = 38;
   int batches = 16;          // distinct batches, cycled
   double history_median = 100;
@@ -65,7 +67,7 @@ Status MakeBatches(const ModelConfig& config, const Options& o, std::vector<Batc
   const int history_max = o.history_max > 0 ? o.history_max : config.max_history_len;
   std::lognormal_distribution<double> history_len(std::log(std::max(1.0, o.history_median)), o.history_sigma);
   std::uniform_int_distribution<int> num_candidates(o.candidates_min, o.candidates_max);
-  std::uniform_int_distribution<int> sparse_count(1, 4);
+  std::uniform_int_distribution<int> sparse_count(1, std::max(1, o.sparse_ids_max));
   std::uniform_int_distribution<int64_t> item(0, 999999999);
   std::normal_distribution<float> dense_value(0.0f, 1.0f);
   const int num_sparse = static_cast<int>(config.sparse_features.size());
@@ -110,7 +112,9 @@ Status BenchStrategy(const ModelConfig& config, const Options& o, const std::vec
   options.cpu_threads = o.cpu_threads;
   RETURN_IF_ERROR(ParseAttentionStrategy(attention, &options.attention));
   std::unique_ptr<Model> model;
-  RETURN_IF_ERROR(Model::Create(config, ModelWeights(), options, &model));
+  ModelWeights weights;  // empty: random from the config's seed
+  if (!o.model_weights.empty()) RETURN_IF_ERROR(LoadSafetensors(o.model_weights, config, &weights));
+  RETURN_IF_ERROR(Model::Create(config, std::move(weights), options, &model));
   std::vector<float> scores;
   for (int i = 0; i < o.warmup; ++i) RETURN_IF_ERROR(model->Forward(batches[i % batches.size()], &scores));
 
@@ -153,6 +157,8 @@ int Main(int argc, char** argv) {
   flags.Add("device", &o.device, "cpu, cuda or cuda:N");
   flags.Add("attention", &o.attention, "comma-separated strategies: jagged,padded_flash,padded_dense");
   flags.Add("model-config", &o.model_config, "model YAML (default: the embedded default model)");
+  flags.Add("sparse-ids-max", &o.sparse_ids_max, "ids per sparse feature: uniform in [1, this]");
+  flags.Add("model-weights", &o.model_weights, "safetensors weights (default: random from the config's seed)");
   flags.Add("requests-per-batch", &o.requests_per_batch, "requests in each batch");
   flags.Add("batches", &o.batches, "distinct batches, cycled");
   flags.Add("history-median", &o.history_median, "median history length (log-normal)");

@@ -267,8 +267,7 @@ done
 # jagged at DIAG_CONCURRENCY (default c256) with DIAG_CHANNELS connections
 # (default 4 16 32) and DIAG_CLIENT_THREADS completion-queue threads (default
 # none beyond the standard 4), under DIAG_POLICY (delay | idle); then two
-# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC);
-# then the server's completion-queue count (DIAG_CQS).
+# loadgen processes side by side at half the concurrency each (DIAG_TWO_PROC).
 if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
   diag_c=${DIAG_CONCURRENCY:-256}
   diag_flags=()
@@ -304,13 +303,6 @@ if [[ " $STRATEGIES " == *" jagged "* && "${CHANNEL_SWEEP:-1}" == 1 ]]; then
     fi
     unset JAGRANK_ABSL_DEADLOCK_CHECK
   fi
-  # Server side: Rank's completion-queue count (DIAG_CQS, e.g. "4 12"; the
-  # default is half the cores, 2 to 8), one server start each.
-  for q in ${DIAG_CQS-}; do
-    start_server "h1024_jagged_diag_cq$q" jagged "${diag_flags[@]}" --grpc-completion-queues "$q" || continue
-    run_point "diag_h1024_jagged_c${diag_c}_cq$q" "${H1024_LOAD[@]}" --concurrency "$diag_c"
-    stop_server
-  done
 fi
 
 for policy in ${H4096_POLICIES:-delay}; do

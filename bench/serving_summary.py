@@ -110,7 +110,6 @@ for (workload, attention), rs in sorted(rows.items()):
             "server_threads_by_name": best.get("server_threads_by_name"),
             "server_busiest_thread": best.get("server_busiest_thread"),
             "loadgen_cpu_cores": best.get("client_cpu_cores"),
-            "client_latency_split_ms": best.get("latency_split_ms"),
             "host_cpu_busy_cores": best.get("host_cpu_busy_cores")},
         "peak_device_memory_bytes": max((r["device_memory_peak_bytes"] or 0) for r in rs),
         "max_qps_any_latency": max(r["qps"] for r in rs),
@@ -179,18 +178,16 @@ for workload, per in summary.items():
             lines.append(f"\njagged vs {other} QPS at p99<=20ms: {jq / oq:.2f}x")
     if j.get("peak_device_memory_bytes") and per.get("padded_dense", {}).get("peak_device_memory_bytes"):
         lines.append(f"jagged vs padded_dense peak memory: {j['peak_device_memory_bytes'] / per['padded_dense']['peak_device_memory_bytes']:.2f}x")
-    # Where a call's time goes at the best point: the client's split (the
-    # loadgen's nghttp2 engine only), the server's own time (receipt to
-    # reply; queue is part of it) and the front end's response path after it
-    # (gRPC's, or the h2 front end's: jagrank_response_send_seconds).
-    lines += ["", "| attention | client p50 ms | client send wait p50 | client turnaround p50 | server receipt-to-reply mean | of it queue | front end reply-to-sent mean |",
-              "|---|---|---|---|---|---|---|"]
+    # Where a call's time goes at the best point: the client's p50, the
+    # server's own time (receipt to reply; queue is part of it) and gRPC's
+    # response path after it (jagrank_response_send_seconds).
+    lines += ["", "| attention | client p50 ms | server receipt-to-reply mean | of it queue | gRPC reply-to-sent mean |",
+              "|---|---|---|---|---|"]
     for attention, s in per.items():
         b = s["best_under_p99_20ms"] or {}
-        split, client = b.get("time_split_ms", {}), b.get("client_latency_split_ms") or {}
+        split = b.get("time_split_ms", {})
         fmt = lambda v: "-" if v is None else f"{v:.2f}"
-        lines.append(f"| {attention} | {fmt(b.get('p50_ms'))} | {fmt((client.get('send_wait') or {}).get('p50'))} | "
-                     f"{fmt((client.get('turnaround') or {}).get('p50'))} | {fmt(split.get('request_latency_seconds'))} | "
+        lines.append(f"| {attention} | {fmt(b.get('p50_ms'))} | {fmt(split.get('request_latency_seconds'))} | "
                      f"{fmt(split.get('queue_latency_seconds'))} | {fmt(split.get('response_send_seconds'))} |")
     lines.append("")
 if in_process:

@@ -23,6 +23,14 @@ struct SocketAddress {
 // port is not a number in 0..65535.
 Status ParseSocketAddress(const std::string& field, const std::string& address, SocketAddress* out);
 
+// Before listening on `address`: Unavailable "<field> '<address>': address
+// already in use" when every local address it resolves to is bound by another
+// socket (TCP; port 0 never is), or a server accepts connections on its unix
+// socket path. Other failures are left to the listener to report. Tries a
+// bind (SO_REUSEADDR, as gRPC's and the metrics exposer's listeners) or a
+// connect, and closes the socket again.
+Status CheckAddressFree(const std::string& field, const std::string& address);
+
 }  // namespace jagrank
 
 #endif  // JAGRANK_COMMON_SOCKET_ADDRESS_H_

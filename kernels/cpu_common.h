@@ -9,6 +9,25 @@
 #include "kernels/dtype.h"
 #include "common/status.h"
 
+// __attribute__((target_clones(...))) where it is safe: the clones resolve
+// through an ifunc that the dynamic loader runs before a sanitizer's runtime
+// is up (a ThreadSanitizer build crashes at load), so sanitizer builds
+// (CMake JAGRANK_SANITIZER, which defines JAGRANK_NO_TARGET_CLONES, or a
+// compiler's own sanitizer macro) get the default version only.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define JAGRANK_NO_TARGET_CLONES 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define JAGRANK_NO_TARGET_CLONES 1
+#endif
+#endif
+#if defined(JAGRANK_NO_TARGET_CLONES)
+#define JAGRANK_TARGET_CLONES(...)
+#else
+#define JAGRANK_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
+#endif
+
 namespace jagrank {
 namespace cpu {
 

@@ -1,4 +1,4 @@
-// ModelConfig: the contract keys of config/model.yaml (DESIGN.md), parsed once.
+// ModelConfig: the contract keys of config/model.yaml (docs/model.md), parsed once.
 #ifndef JAGRANK_MODEL_CONFIG_H_
 #define JAGRANK_MODEL_CONFIG_H_
 

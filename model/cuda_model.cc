@@ -5,18 +5,18 @@
 //   Stage: the host batch is packed into the slot's pinned buffer and copied
 //     to the slot's device buffer with one async H2D copy on the copy stream,
 //     between two timed events.
-//   Run: the compute stream waits for that copy's event; every intermediate
-//     comes from a stream-ordered memory pool whose release threshold keeps
-//     its memory (cudaMallocFromPoolAsync / cudaFreeAsync, no cudaMalloc per
-//     batch); attention operands are bf16 with float32 accumulation (flash
-//     kernel, or the padded dense baseline), GEMMs take TF32 inputs on
-//     tensor cores (cuBLASLt, with cuda_bf16), everything else float32.
-//     One D2H copy of the scores into pinned memory, one stream
-//     synchronisation per batch.
-// Stage(a) and Run(b) share only the device, the weights (read-only) and the
-// copy stream handle: Stage touches slots_[a] and copy_stream_, Run touches
-// slots_[b] and the compute-side members (stream_, pool_, live_,
-// host_scores_, the D2H events).
+//   Run: the compute stream waits for that copy's event, then runs the steps
+//     of model/forward.h: every intermediate comes from a stream-ordered
+//     memory pool that keeps its memory (no cudaMalloc per batch);
+//     attention operands are bf16 with float32 accumulation (flash kernel,
+//     or the padded dense baseline), GEMMs take TF32 inputs on tensor cores
+//     (cuBLASLt, with cuda_bf16), everything else float32. One D2H copy of
+//     the scores into pinned memory, one stream synchronisation per batch.
+// The attention strategies are CudaJagged, CudaPaddedFlash and
+// CudaPaddedDense below. Stage(a) and Run(b) share only the device, the
+// weights (read-only) and the copy stream handle: Stage touches slots_[a] and
+// copy_stream_, Run touches slots_[b] and the compute-side members (stream_,
+// pool_, live_, host_scores_, the D2H events).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -27,18 +27,12 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/flash/flash_attention.h"
 #include "model/backends.h"
-#include "model/cuda_elementwise.h"
+#include "model/cuda_resources.h"
+#include "model/forward.h"
 
 namespace jagrank {
 namespace {
-
-struct DeviceLayer {
-  const float* weight;  // [out, in]
-  const float* bias;    // [out]
-  int in, out;
-};
 
 bool FlashSupportsHeadDim(int head_dim) {
   for (int d : kFlashSupportedHeadDims) {
@@ -62,12 +56,10 @@ struct StagingLayout {
 // device one is a plain cudaMalloc, not pool workspace, since it lives from
 // Stage to the end of Run across calls.
 struct StageSlot {
-  char* host = nullptr;  // pinned
-  size_t host_bytes = 0;
-  char* dev = nullptr;
-  size_t dev_bytes = 0;
-  cudaEvent_t copy_start = nullptr;  // recorded on the copy stream around the H2D copy
-  cudaEvent_t copy_done = nullptr;
+  PinnedBuffer host;
+  DeviceBuffer dev;
+  CudaEvent copy_start;  // recorded on the copy stream around the H2D copy
+  CudaEvent copy_done;
   bool staged = false;  // a batch is staged and its Run has not started
 
   // The staged batch: sizes, lengths and where each array sits in host/dev.
@@ -80,15 +72,98 @@ struct StageSlot {
   std::vector<size_t> at_sparse_ids, at_sparse_offsets;
 };
 
-class CudaModel final : public Model {
+// One batch on its way through the steps: the staged inputs on the device
+// and the intermediates (pool memory, freed after the batch).
+struct CudaPass {
+  const StageSlot* slot = nullptr;
+  int num_requests = 0;        // R
+  int num_candidates = 0;      // C
+  int num_history_tokens = 0;  // T
+  int max_history = 0;         // N
+  int max_candidates = 0;
+  const char* dev = nullptr;   // the slot's device buffer
+  const float* dense = nullptr;
+  const int64_t* hist_ids = nullptr;
+  const int32_t* hist_offsets = nullptr;
+  const int64_t* cand_ids = nullptr;
+  const int32_t* cand_offsets = nullptr;
+  const int32_t* lengths = nullptr;         // [R] kept history lengths
+  const int32_t* cand_lengths = nullptr;    // [R]
+  const int32_t* padded_offsets = nullptr;  // [R+1] = r * N
+  float* x = nullptr;       // [R, d]
+  float* pooled = nullptr;  // [F, R, d]
+  float* e = nullptr;       // [C, d]
+  float* h = nullptr;       // [T, d]
+  const float* z = nullptr; // jagged [T, d] or padded [R, N, d]
+  int64_t z_rows = 0;
+  float* u = nullptr;       // [C, d]
+  float* inter = nullptr;   // [C, d + n(n-1)/2]
+  float* logits = nullptr;  // [C] -> scores after the sigmoid
+};
+
+class CudaModel;
+
+// Jagged and padded_flash run the same flash kernel: over the jagged [T, d]
+// histories, or over histories padded to [R, N, d] with each request's valid
+// key count as a mask.
+class CudaFlash : public AttentionStep<CudaPass> {
+ public:
+  CudaFlash(CudaModel* model, bool padded) : m_(model), padded_(padded) {}
+  int64_t BatchCost(int64_t r, int64_t sum_sq, int64_t longest) const override {
+    return padded_ ? PaddedAttentionCost(r, sum_sq, longest) : JaggedAttentionCost(r, sum_sq, longest);
+  }
+  Status SelfAttention(CudaPass* pass) override;
+  Status TargetAttention(CudaPass* pass) override;
+
+ private:
+  CudaModel* const m_;
+  const bool padded_;
+};
+
+class CudaJagged final : public CudaFlash {
+ public:
+  explicit CudaJagged(CudaModel* model) : CudaFlash(model, /*padded=*/false) {}
+};
+
+class CudaPaddedFlash final : public CudaFlash {
+ public:
+  explicit CudaPaddedFlash(CudaModel* model) : CudaFlash(model, /*padded=*/true) {}
+};
+
+// The dense baseline: histories and candidates padded, the score matrix
+// materialised, masked softmax, batched GEMMs.
+class CudaPaddedDense final : public AttentionStep<CudaPass> {
+ public:
+  explicit CudaPaddedDense(CudaModel* model) : m_(model) {}
+  int64_t BatchCost(int64_t r, int64_t sum_sq, int64_t longest) const override {
+    return PaddedAttentionCost(r, sum_sq, longest);
+  }
+  Status SelfAttention(CudaPass* pass) override;
+  Status TargetAttention(CudaPass* pass) override;
+
+ private:
+  CudaModel* const m_;
+};
+
+class CudaModel final : public Model, public ForwardSteps<CudaPass> {
  public:
   CudaModel(const ModelConfig& config, const ModelOptions& options, int device, std::string version)
       : config_(config), options_(options), device_(device), version_(std::move(version)) {
     attn_dtype_ = options.cuda_bf16 ? DType::kBFloat16 : DType::kFloat32;
     tf32_ = options.cuda_bf16;
     table_dtype_ = attn_dtype_;
+    switch (options_.attention) {
+      case AttentionStrategy::kJagged: attention_ = std::make_unique<CudaJagged>(this); break;
+      case AttentionStrategy::kPaddedFlash: attention_ = std::make_unique<CudaPaddedFlash>(this); break;
+      case AttentionStrategy::kPaddedDense: attention_ = std::make_unique<CudaPaddedDense>(this); break;
+    }
   }
-  ~CudaModel() override;
+  ~CudaModel() override {
+    // Members free themselves (streams wait for their work first); the pool
+    // allocations of a batch that failed mid-way go back here.
+    cudaSetDevice(device_);
+    FreeBatchWorkspace();
+  }
 
   Status Init(const ModelWeights& weights);
   Status Forward(const Batch& batch, std::vector<float>* scores) override;
@@ -97,10 +172,25 @@ class CudaModel final : public Model {
   const ModelConfig& config() const override { return config_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
   AttentionStrategy attention() const override { return options_.attention; }
+  int64_t AttentionCost(int64_t requests, int64_t sum_of_squares, int64_t longest) const override {
+    return attention_->BatchCost(requests, sum_of_squares, longest);
+  }
   std::string version() const override { return version_; }
   ModelMemory Memory() const override;
 
+  // ForwardSteps.
+  Status BottomMlp(CudaPass* pass) override;
+  Status PoolSparseFeatures(CudaPass* pass) override;
+  Status EmbedCandidates(CudaPass* pass) override;
+  Status EmbedHistory(CudaPass* pass) override;
+  Status NoHistory(CudaPass* pass) override;
+  Status Interaction(CudaPass* pass) override;
+  Status TopMlp(CudaPass* pass) override;
+
  private:
+  friend class CudaFlash;
+  friend class CudaPaddedDense;
+
   Status Upload(const void* host, size_t bytes, void** out);
   Status UploadF32(const WeightTensor& t, const float** out);
   Status UploadTable(const WeightTensor& t, const void** out);
@@ -108,7 +198,7 @@ class CudaModel final : public Model {
   Status Alloc(size_t count, T** out) {
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(count * sizeof(T), 256);
-    RETURN_IF_CUDA_ERROR(cudaMallocFromPoolAsync(&p, bytes, pool_, stream_));
+    RETURN_IF_CUDA_ERROR(cudaMallocFromPoolAsync(&p, bytes, pool_.get(), stream_.get()));
     live_.push_back(p);
     live_bytes_ += static_cast<int64_t>(bytes);
     *out = static_cast<T*>(p);
@@ -127,72 +217,55 @@ class CudaModel final : public Model {
   void FreeBatchWorkspace();
   Status PackAndCopy(const Batch& batch, StageSlot* slot);
   Status RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings);
-  Status Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out);
+  Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out);
   Status Linear(const float* x, const float* w, int m, int n, int k, float* y);
   // LinearCuda on stream_ with the model's cuBLASLt workspace.
   Status RunLinear(LinearParams p);
+  // Pads h [T, d] to [R, N, d] (zeros past each length).
+  Status PadHistory(const CudaPass& pass, float** out);
+  // Target attention's operands in the attention dtype: e [C, d], z as laid
+  // out by the strategy, and room for u [C, d].
+  Status TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn, void** u_attn);
+  // z [rows, d] = o Wo^T + tokens, o in the attention dtype.
+  Status ProjectOutAndAdd(const void* o_attn, const float* tokens, int64_t rows, CudaPass* pass);
 
   ModelConfig config_;
   ModelOptions options_;
   int device_;
   std::string version_;
+  std::unique_ptr<AttentionStep<CudaPass>> attention_;
   DType attn_dtype_, table_dtype_;
   bool tf32_ = false;  // GEMMs in TF32 (with cuda_bf16)
-  cudaStream_t stream_ = nullptr;       // compute stream (Run)
-  cudaStream_t copy_stream_ = nullptr;  // H2D copies of staged batches (Stage)
-  cudaMemPool_t pool_ = nullptr;
-  std::vector<void*> weight_allocs_;
-  void* linear_workspace_ = nullptr;  // cuBLASLt's, used on stream_ only
+  // Declared before everything that uses them, so destroyed after: the
+  // streams' destructors wait for their work before the memory goes.
+  std::vector<DeviceBuffer> weight_allocs_;
+  DeviceBuffer linear_workspace_;  // cuBLASLt's, used on stream_ only
+  CudaMemPool pool_;
+  StageSlot slots_[kStageSlots];
+  PinnedBuffer host_scores_;  // [C]
+  CudaEvent d2h_start_, d2h_done_;  // around the scores' D2H copy
+  CudaStream stream_;       // compute stream (Run)
+  CudaStream copy_stream_;  // H2D copies of staged batches (Stage)
   int64_t weights_bytes_ = 0;
-  std::vector<DeviceLayer> bottom_, top_;
+  std::vector<MlpLayer> bottom_, top_;
   std::vector<const void*> sparse_tables_;
   const void* item_table_ = nullptr;
   const void* position_table_ = nullptr;
   const float* wqkv_ = nullptr;  // [3d, d] = Wq; Wk; Wv
   const float* wo_ = nullptr;
-
-  StageSlot slots_[kStageSlots];
-  cudaEvent_t d2h_start_ = nullptr, d2h_done_ = nullptr;  // around the scores' D2H copy
-  float* host_scores_ = nullptr; // pinned [C]
-  size_t host_scores_count_ = 0;
   std::vector<void*> live_;      // this batch's pool allocations
   int64_t live_bytes_ = 0;
   std::atomic<int64_t> workspace_peak_bytes_{0};
   std::atomic<int64_t> padding_saved_bytes_{0};
 };
 
-CudaModel::~CudaModel() {
-  cudaSetDevice(device_);
-  if (stream_ != nullptr) {
-    FreeBatchWorkspace();
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-  if (copy_stream_ != nullptr) {
-    cudaStreamSynchronize(copy_stream_);
-    cudaStreamDestroy(copy_stream_);
-  }
-  for (StageSlot& slot : slots_) {
-    if (slot.copy_start != nullptr) cudaEventDestroy(slot.copy_start);
-    if (slot.copy_done != nullptr) cudaEventDestroy(slot.copy_done);
-    if (slot.host != nullptr) cudaFreeHost(slot.host);
-    if (slot.dev != nullptr) cudaFree(slot.dev);
-  }
-  if (d2h_start_ != nullptr) cudaEventDestroy(d2h_start_);
-  if (d2h_done_ != nullptr) cudaEventDestroy(d2h_done_);
-  if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
-  for (void* p : weight_allocs_) cudaFree(p);
-  if (linear_workspace_ != nullptr) cudaFree(linear_workspace_);
-  if (host_scores_ != nullptr) cudaFreeHost(host_scores_);
-}
-
 Status CudaModel::Upload(const void* host, size_t bytes, void** out) {
-  void* p = nullptr;
-  RETURN_IF_CUDA_ERROR(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
-  weight_allocs_.push_back(p);
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+  DeviceBuffer buffer;
+  RETURN_IF_ERROR(buffer.Reserve(std::max<size_t>(bytes, 256)));
+  RETURN_IF_CUDA_ERROR(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice));
   weights_bytes_ += static_cast<int64_t>(bytes);
-  *out = p;
+  *out = buffer.data();
+  weight_allocs_.push_back(std::move(buffer));
   return Status::Ok();
 }
 
@@ -206,51 +279,42 @@ Status CudaModel::UploadF32(const WeightTensor& t, const float** out) {
 Status CudaModel::UploadTable(const WeightTensor& t, const void** out) {
   if (table_dtype_ == DType::kFloat32) return UploadF32(t, reinterpret_cast<const float**>(out));
   const size_t n = static_cast<size_t>(t.num_elements());
-  void* p = nullptr;
-  RETURN_IF_CUDA_ERROR(cudaMalloc(&p, std::max<size_t>(n * 2, 256)));
-  weight_allocs_.push_back(p);
+  DeviceBuffer buffer;
+  RETURN_IF_ERROR(buffer.Reserve(std::max<size_t>(n * 2, 256)));
   weights_bytes_ += static_cast<int64_t>(n * 2);
   // Converted on the host in chunks (bounded host memory for 1M-row tables).
   constexpr size_t kChunk = size_t{1} << 22;
   std::vector<uint16_t> bf16(std::min(n, kChunk));
+  uint16_t* dst = reinterpret_cast<uint16_t*>(buffer.data());
   for (size_t begin = 0; begin < n; begin += kChunk) {
     const size_t count = std::min(kChunk, n - begin);
     for (size_t i = 0; i < count; ++i) bf16[i] = FloatToBFloat16(t.data[begin + i]);
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(static_cast<uint16_t*>(p) + begin, bf16.data(), count * 2, cudaMemcpyHostToDevice));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(dst + begin, bf16.data(), count * 2, cudaMemcpyHostToDevice));
   }
-  *out = p;
+  *out = buffer.data();
+  weight_allocs_.push_back(std::move(buffer));
   return Status::Ok();
 }
 
 Status CudaModel::Init(const ModelWeights& w) {
   RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  RETURN_IF_ERROR(stream_.Create());
+  RETURN_IF_ERROR(copy_stream_.Create());
   // Every event here is timed (cudaEventElapsedTime), so none is created
   // with cudaEventDisableTiming.
-  // The events Run waits on block the thread with cuda_blocking_sync.
-  const unsigned wait_flags = options_.cuda_blocking_sync ? cudaEventBlockingSync : cudaEventDefault;
   for (StageSlot& slot : slots_) {
-    RETURN_IF_CUDA_ERROR(cudaEventCreate(&slot.copy_start));
-    RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&slot.copy_done, wait_flags));
+    RETURN_IF_ERROR(slot.copy_start.Create());
+    RETURN_IF_ERROR(slot.copy_done.Create());
   }
-  RETURN_IF_CUDA_ERROR(cudaEventCreate(&d2h_start_));
-  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&d2h_done_, wait_flags));
-  cudaMemPoolProps props = {};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = device_;
-  RETURN_IF_CUDA_ERROR(cudaMemPoolCreate(&pool_, &props));
-  uint64_t keep_everything = std::numeric_limits<uint64_t>::max();  // never trimmed at synchronisation
-  RETURN_IF_CUDA_ERROR(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_everything));
-
-  RETURN_IF_CUDA_ERROR(cudaMalloc(&linear_workspace_, kLinearWorkspaceBytes));
+  RETURN_IF_ERROR(d2h_start_.Create());
+  RETURN_IF_ERROR(d2h_done_.Create());
+  RETURN_IF_ERROR(pool_.Create(device_));
+  RETURN_IF_ERROR(linear_workspace_.Reserve(kLinearWorkspaceBytes));
 
   int in = config_.num_dense_features;
   for (size_t i = 0; i < config_.bottom_mlp.size(); ++i) {
     const std::string p = "bottom_mlp." + std::to_string(i);
-    DeviceLayer layer = {nullptr, nullptr, in, config_.bottom_mlp[i]};
+    MlpLayer layer = {nullptr, nullptr, in, config_.bottom_mlp[i]};
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
     bottom_.push_back(layer);
@@ -259,7 +323,7 @@ Status CudaModel::Init(const ModelWeights& w) {
   in = config_.top_mlp_input_width();
   for (size_t i = 0; i < config_.top_mlp.size(); ++i) {
     const std::string p = "top_mlp." + std::to_string(i);
-    DeviceLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
+    MlpLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
     top_.push_back(layer);
@@ -311,7 +375,7 @@ Status CudaModel::ToAttn(const float* src, int64_t count, const void** out) {
   p.out = dst;
   p.out_dtype = attn_dtype_;
   p.count = count;
-  RETURN_IF_ERROR(CastCuda(p, stream_));
+  RETURN_IF_ERROR(CastCuda(p, stream_.get()));
   *out = dst;
   return Status::Ok();
 }
@@ -328,11 +392,11 @@ Status CudaModel::FromAttn(const void* src, int64_t count, float** out) {
   p.out = *out;
   p.out_dtype = DType::kFloat32;
   p.count = count;
-  return CastCuda(p, stream_);
+  return CastCuda(p, stream_.get());
 }
 
 void CudaModel::FreeBatchWorkspace() {
-  for (void* p : live_) cudaFreeAsync(p, stream_);
+  for (void* p : live_) cudaFreeAsync(p, stream_.get());
   live_.clear();
   live_bytes_ = 0;
 }
@@ -349,26 +413,17 @@ Status CudaModel::Linear(const float* x, const float* w, int m, int n, int k, fl
 }
 
 Status CudaModel::RunLinear(LinearParams p) {
-  p.workspace = linear_workspace_;
+  p.workspace = linear_workspace_.data();
   p.workspace_bytes = kLinearWorkspaceBytes;
-  return LinearCuda(p, stream_, tf32_);
+  return LinearCuda(p, stream_.get(), tf32_);
 }
 
-Status CudaModel::Mlp(const std::vector<DeviceLayer>& layers, bool relu_last, const float* x, int m, float** out) {
+Status CudaModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out) {
   const float* in = x;
   float* y = nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
     RETURN_IF_ERROR(Alloc(size_t(m) * layers[i].out, &y));
-    LinearParams p = {};
-    p.x = in;
-    p.weight = layers[i].weight;
-    p.maybe_bias = layers[i].bias;
-    p.relu = relu_last || i + 1 < layers.size();
-    p.m = m;
-    p.n = layers[i].out;
-    p.k = layers[i].in;
-    p.y = y;
-    RETURN_IF_ERROR(RunLinear(p));
+    RETURN_IF_ERROR(RunLinear(MlpLayerParams(layers[i], relu_last || i + 1 < layers.size(), in, m, y)));
     in = y;
   }
   *out = y;
@@ -388,7 +443,7 @@ Status CudaModel::Stage(const Batch& batch, int slot_index) {
   // The slot's previous copy may still read `host` and write `dev`; its Run
   // (if any) has returned and left nothing in flight (Run's contract). An
   // event never recorded counts as complete.
-  RETURN_IF_CUDA_ERROR(cudaEventSynchronize(slot.copy_done));
+  RETURN_IF_CUDA_ERROR(cudaEventSynchronize(slot.copy_done.get()));
   const Status s = PackAndCopy(batch, &slot);
   slot.staged = s.ok();
   return s;
@@ -429,25 +484,10 @@ Status CudaModel::PackAndCopy(const Batch& batch, StageSlot* slot) {
   slot->at_lengths = layout.Place(slot->lengths.size() * sizeof(int32_t));
   slot->at_cand_lengths = layout.Place(slot->cand_lengths.size() * sizeof(int32_t));
   slot->at_padded_offsets = layout.Place(slot->padded_offsets.size() * sizeof(int32_t));
-  // Grow-only, amortised. The old buffers are idle (copy done, Run returned);
-  // cudaFree may wait for the device, which happens only while growing.
-  if (layout.total > slot->host_bytes) {
-    const size_t bytes = std::max(layout.total, slot->host_bytes * 2);
-    if (slot->host != nullptr) cudaFreeHost(slot->host);
-    slot->host = nullptr;
-    slot->host_bytes = 0;
-    RETURN_IF_CUDA_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot->host), bytes, cudaHostAllocDefault));
-    slot->host_bytes = bytes;
-  }
-  if (layout.total > slot->dev_bytes) {
-    const size_t bytes = std::max(layout.total, slot->dev_bytes * 2);
-    if (slot->dev != nullptr) cudaFree(slot->dev);
-    slot->dev = nullptr;
-    slot->dev_bytes = 0;
-    RETURN_IF_CUDA_ERROR(cudaMalloc(reinterpret_cast<void**>(&slot->dev), bytes));
-    slot->dev_bytes = bytes;
-  }
-  char* host = slot->host;
+  // Grow-only, amortised. The old buffers are idle (copy done, Run returned).
+  RETURN_IF_ERROR(slot->host.Reserve(layout.total));
+  RETURN_IF_ERROR(slot->dev.Reserve(layout.total));
+  char* host = slot->host.data();
   auto put = [&](size_t at, const void* src, size_t bytes) {
     if (bytes > 0) std::memcpy(host + at, src, bytes);
   };
@@ -464,12 +504,14 @@ Status CudaModel::PackAndCopy(const Batch& batch, StageSlot* slot) {
   put(slot->at_lengths, slot->lengths.data(), slot->lengths.size() * sizeof(int32_t));
   put(slot->at_cand_lengths, slot->cand_lengths.data(), slot->cand_lengths.size() * sizeof(int32_t));
   put(slot->at_padded_offsets, slot->padded_offsets.data(), slot->padded_offsets.size() * sizeof(int32_t));
-  cudaError_t e = cudaEventRecord(slot->copy_start, copy_stream_);
-  if (e == cudaSuccess) e = cudaMemcpyAsync(slot->dev, host, layout.total, cudaMemcpyHostToDevice, copy_stream_);
-  if (e == cudaSuccess) e = cudaEventRecord(slot->copy_done, copy_stream_);
+  cudaError_t e = cudaEventRecord(slot->copy_start.get(), copy_stream_.get());
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(slot->dev.data(), host, layout.total, cudaMemcpyHostToDevice, copy_stream_.get());
+  }
+  if (e == cudaSuccess) e = cudaEventRecord(slot->copy_done.get(), copy_stream_.get());
   if (e != cudaSuccess) {
     // copy_done may not cover an issued copy: wait for it here instead.
-    cudaStreamSynchronize(copy_stream_);
+    cudaStreamSynchronize(copy_stream_.get());
     return CudaErrorStatus(e, "H2D copy of the staged batch", __FILE__, __LINE__);
   }
   return Status::Ok();
@@ -489,293 +531,344 @@ Status CudaModel::Run(int slot_index, std::vector<float>* scores, ForwardTimings
   FreeBatchWorkspace();
   // Leave nothing in flight that reads the slot's buffers (the next
   // Stage(slot) may overwrite them as soon as this returns).
-  if (!s.ok()) cudaStreamSynchronize(stream_);
+  if (!s.ok()) cudaStreamSynchronize(stream_.get());
   return s;
 }
 
 Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings) {
-  const int F = static_cast<int>(config_.sparse_features.size());
-  const int R = slot.num_requests;
   const int C = slot.num_candidates;
-  const int T = slot.num_history_tokens;
-  const int d = config_.embedding_dim;
-  const int H = config_.attention_heads;
   scores->assign(C, 0.0f);
-  if (R == 0 || C == 0) return Status::Ok();
-  const int N = slot.max_history;
-  const int max_candidates = slot.max_candidates;
+  if (slot.num_requests == 0 || C == 0) return Status::Ok();
+  RETURN_IF_ERROR(host_scores_.Reserve(size_t(C) * sizeof(float)));
 
-  if (static_cast<size_t>(C) > host_scores_count_) {
-    const size_t count = std::max<size_t>(C, 2 * host_scores_count_);
-    if (host_scores_ != nullptr) cudaFreeHost(host_scores_);
-    host_scores_ = nullptr;
-    host_scores_count_ = 0;
-    RETURN_IF_CUDA_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&host_scores_), count * sizeof(float),
-                                       cudaHostAllocDefault));
-    host_scores_count_ = count;
-  }
+  CudaPass pass;
+  pass.slot = &slot;
+  pass.num_requests = slot.num_requests;
+  pass.num_candidates = C;
+  pass.num_history_tokens = slot.num_history_tokens;
+  pass.max_history = slot.max_history;
+  pass.max_candidates = slot.max_candidates;
+  const char* dev = slot.dev.data();
+  pass.dev = dev;
+  pass.dense = reinterpret_cast<const float*>(dev + slot.at_dense);
+  pass.hist_ids = reinterpret_cast<const int64_t*>(dev + slot.at_hist_ids);
+  pass.hist_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_hist_offsets);
+  pass.cand_ids = reinterpret_cast<const int64_t*>(dev + slot.at_cand_ids);
+  pass.cand_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_cand_offsets);
+  pass.lengths = reinterpret_cast<const int32_t*>(dev + slot.at_lengths);
+  pass.cand_lengths = reinterpret_cast<const int32_t*>(dev + slot.at_cand_lengths);
+  pass.padded_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_padded_offsets);
 
   // The compute stream starts once the slot's H2D copy has landed.
-  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_, slot.copy_done, 0));
-  const char* dev = slot.dev;
-  const float* d_dense = reinterpret_cast<const float*>(dev + slot.at_dense);
-  const int64_t* d_hist_ids = reinterpret_cast<const int64_t*>(dev + slot.at_hist_ids);
-  const int32_t* d_hist_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_hist_offsets);
-  const int64_t* d_cand_ids = reinterpret_cast<const int64_t*>(dev + slot.at_cand_ids);
-  const int32_t* d_cand_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_cand_offsets);
-  const int32_t* d_lengths = reinterpret_cast<const int32_t*>(dev + slot.at_lengths);
-  const int32_t* d_cand_lengths = reinterpret_cast<const int32_t*>(dev + slot.at_cand_lengths);
-  const int32_t* d_padded_offsets = reinterpret_cast<const int32_t*>(dev + slot.at_padded_offsets);
+  RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_.get(), slot.copy_done.get(), 0));
+  RETURN_IF_ERROR(RunForward<CudaPass>(this, attention_.get(), &pass));
 
-  // 1. Bottom MLP, once per request: x [R, d].
-  float* x = nullptr;
-  RETURN_IF_ERROR(Mlp(bottom_, /*relu_last=*/true, d_dense, R, &x));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_start_.get(), stream_.get()));
+  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_scores_.data(), pass.logits, size_t(C) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_.get()));
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_done_.get(), stream_.get()));
+  // d2h_done_ is the stream's last work, so waiting for the stream covers the whole batch.
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_.get()));
+  std::memcpy(scores->data(), host_scores_.data(), size_t(C) * sizeof(float));
+  if (timings != nullptr) {
+    // Both copies are complete: the stream waited for copy_done and was synchronised.
+    float ms = 0;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, slot.copy_start.get(), slot.copy_done.get()));
+    timings->h2d_seconds = ms * 1e-3;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, d2h_start_.get(), d2h_done_.get()));
+    timings->d2h_seconds = ms * 1e-3;
+  }
+  return Status::Ok();
+}
 
-  // 2. Pooled sparse features [F, R, d].
-  float* pooled = nullptr;
-  RETURN_IF_ERROR(Alloc(size_t(F) * R * d, &pooled));
+// 1. Bottom MLP, once per request: x [R, d].
+Status CudaModel::BottomMlp(CudaPass* pass) {
+  return Mlp(bottom_, /*relu_last=*/true, pass->dense, pass->num_requests, &pass->x);
+}
+
+// 2. Pooled sparse features [F, R, d].
+Status CudaModel::PoolSparseFeatures(CudaPass* pass) {
+  const int F = static_cast<int>(config_.sparse_features.size());
+  const int R = pass->num_requests;
+  const int d = config_.embedding_dim;
+  RETURN_IF_ERROR(Alloc(size_t(F) * R * d, &pass->pooled));
   for (int f = 0; f < F; ++f) {
     EmbeddingBagParams p = {};
-    p.ids = reinterpret_cast<const int64_t*>(dev + slot.at_sparse_ids[f]);
-    p.offsets = reinterpret_cast<const int32_t*>(dev + slot.at_sparse_offsets[f]);
+    p.ids = reinterpret_cast<const int64_t*>(pass->dev + pass->slot->at_sparse_ids[f]);
+    p.offsets = reinterpret_cast<const int32_t*>(pass->dev + pass->slot->at_sparse_offsets[f]);
     p.batch = R;
     p.table = sparse_tables_[f];
     p.table_dtype = table_dtype_;
     p.num_rows = config_.sparse_features[f].num_rows;
     p.dim = d;
-    p.out = pooled + size_t(f) * R * d;
-    RETURN_IF_ERROR(EmbeddingBagCuda(p, stream_));
-  }
-
-  // 5. Candidate embeddings e [C, d].
-  float* e = nullptr;
-  RETURN_IF_ERROR(Alloc(size_t(C) * d, &e));
-  {
-    GatherRowsParams p = {};
-    p.ids = d_cand_ids;
-    p.count = C;
-    p.table = item_table_;
-    p.table_dtype = table_dtype_;
-    p.num_rows = config_.item_rows;
-    p.dim = d;
-    p.out = e;
-    RETURN_IF_ERROR(GatherRowsCuda(p, stream_));
-  }
-
-  float* u = nullptr;  // [C, d]
-  if (T == 0) {
-    // No request has history: every u_c is the zero vector (DESIGN.md step 6).
-    RETURN_IF_ERROR(Alloc(size_t(C) * d, &u));
-    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(u, 0, size_t(C) * d * sizeof(float), stream_));
-  } else {
-    // 3. History embeddings h [T, d].
-    float* h = nullptr;
-    RETURN_IF_ERROR(Alloc(size_t(T) * d, &h));
-    {
-      HistoryGatherParams p = {};
-      p.ids = d_hist_ids;
-      p.offsets = d_hist_offsets;
-      p.batch = R;
-      p.item_table = item_table_;
-      p.table_dtype = table_dtype_;
-      p.item_rows = config_.item_rows;
-      p.position_table = position_table_;
-      p.max_len = config_.max_history_len;
-      p.dim = d;
-      p.out = h;
-      RETURN_IF_ERROR(HistoryGatherCuda(p, stream_));
-    }
-    const size_t esize = DTypeSize(attn_dtype_);
-    AttentionParams self = {};
-    self.dtype = attn_dtype_;
-    self.num_heads = H;
-    self.head_dim = d / H;
-    self.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d / H));
-    self.batch = R;
-
-    // 4. Self-attention: z = h + MHA(h) Wo^T; jagged [T, d] or padded [R, N, d].
-    const float* z = nullptr;
-    const bool jagged = options_.attention == AttentionStrategy::kJagged;
-    const float* tokens = h;  // the rows the projections run over
-    int64_t rows = T;
-    if (!jagged) {
-      float* hp = nullptr;
-      RETURN_IF_ERROR(Alloc(size_t(R) * N * d, &hp));
-      JaggedToPaddedParams p = {};
-      p.values = h;
-      p.offsets = d_hist_offsets;
-      p.batch = R;
-      p.max_len = N;
-      p.width = d;
-      p.dtype = DType::kFloat32;
-      p.padded = hp;
-      RETURN_IF_ERROR(JaggedToPaddedCuda(p, stream_));
-      tokens = hp;
-      rows = int64_t{R} * N;
-    }
-    void* o_attn = nullptr;
-    RETURN_IF_ERROR(AllocAttn(rows * d, &o_attn));
-    if (options_.attention != AttentionStrategy::kPaddedDense) {
-      float* qkv = nullptr;
-      RETURN_IF_ERROR(Alloc(size_t(rows) * 3 * d, &qkv));
-      RETURN_IF_ERROR(Linear(tokens, wqkv_, static_cast<int>(rows), 3 * d, d, qkv));
-      const void* qkv_attn = nullptr;
-      RETURN_IF_ERROR(ToAttn(qkv, rows * 3 * d, &qkv_attn));
-      const char* base = static_cast<const char*>(qkv_attn);
-      self.q = base;
-      self.k = base + d * esize;
-      self.v = base + 2 * d * esize;
-      self.o = o_attn;
-      self.q_row_stride = self.k_row_stride = self.v_row_stride = 3 * d;
-      self.o_row_stride = d;
-      self.q_offsets = self.k_offsets = jagged ? d_hist_offsets : d_padded_offsets;
-      self.max_q_len = self.max_k_len = N;
-      self.maybe_k_valid_len = jagged ? nullptr : d_lengths;
-      RETURN_IF_ERROR(JaggedAttentionCuda(self, stream_));
-    } else {
-      const void* proj[3];
-      const float* w[3] = {wqkv_, wqkv_ + size_t(d) * d, wqkv_ + size_t(2) * d * d};
-      for (int i = 0; i < 3; ++i) {
-        float* y = nullptr;
-        RETURN_IF_ERROR(Alloc(size_t(rows) * d, &y));
-        RETURN_IF_ERROR(Linear(tokens, w[i], static_cast<int>(rows), d, d, y));
-        RETURN_IF_ERROR(ToAttn(y, rows * d, &proj[i]));
-      }
-      PaddedDenseAttentionParams p = {};
-      p.q = proj[0];
-      p.k = proj[1];
-      p.v = proj[2];
-      p.q_len = p.k_len = d_lengths;
-      p.batch = R;
-      p.max_q_len = p.max_k_len = N;
-      p.num_heads = H;
-      p.head_dim = d / H;
-      p.softmax_scale = self.softmax_scale;
-      p.dtype = attn_dtype_;
-      p.o = o_attn;
-      RETURN_IF_ERROR(Alloc(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / 4), &p.workspace));
-      RETURN_IF_ERROR(PaddedDenseAttentionCuda(p, stream_));
-    }
-    float* o = nullptr;
-    RETURN_IF_ERROR(FromAttn(o_attn, rows * d, &o));
-    float* zw = nullptr;
-    RETURN_IF_ERROR(Alloc(size_t(rows) * d, &zw));
-    RETURN_IF_ERROR(Linear(o, wo_, static_cast<int>(rows), d, d, zw));
-    RETURN_IF_ERROR(AddInPlaceCuda(zw, tokens, rows * d, stream_));
-    z = zw;
-
-    // 6. Target attention: u_c over its request's z (padded: masked by length).
-    const void* e_attn = nullptr;
-    const void* z_attn = nullptr;
-    RETURN_IF_ERROR(ToAttn(e, int64_t{C} * d, &e_attn));
-    RETURN_IF_ERROR(ToAttn(z, rows * d, &z_attn));
-    void* u_attn = nullptr;
-    RETURN_IF_ERROR(AllocAttn(int64_t{C} * d, &u_attn));
-    const float target_scale = 1.0f / std::sqrt(static_cast<float>(d));
-    if (options_.attention != AttentionStrategy::kPaddedDense) {
-      AttentionParams p = {};
-      p.q = e_attn;
-      p.k = z_attn;
-      p.v = z_attn;
-      p.o = u_attn;
-      p.dtype = attn_dtype_;
-      p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = d;
-      p.q_offsets = d_cand_offsets;
-      p.k_offsets = jagged ? d_hist_offsets : d_padded_offsets;
-      p.batch = R;
-      p.num_heads = 1;
-      p.head_dim = d;
-      p.max_q_len = max_candidates;
-      p.max_k_len = N;
-      p.softmax_scale = target_scale;
-      p.maybe_k_valid_len = jagged ? nullptr : d_lengths;
-      RETURN_IF_ERROR(JaggedAttentionCuda(p, stream_));
-    } else {
-      const int Cmax = max_candidates;
-      void* ep = nullptr;
-      void* up = nullptr;
-      RETURN_IF_ERROR(AllocAttn(int64_t{R} * Cmax * d, &ep));
-      RETURN_IF_ERROR(AllocAttn(int64_t{R} * Cmax * d, &up));
-      JaggedToPaddedParams tp = {};
-      tp.values = e_attn;
-      tp.offsets = d_cand_offsets;
-      tp.batch = R;
-      tp.max_len = Cmax;
-      tp.width = d;
-      tp.dtype = attn_dtype_;
-      tp.padded = ep;
-      RETURN_IF_ERROR(JaggedToPaddedCuda(tp, stream_));
-      PaddedDenseAttentionParams p = {};
-      p.q = ep;
-      p.k = z_attn;
-      p.v = z_attn;
-      p.q_len = d_cand_lengths;
-      p.k_len = d_lengths;
-      p.batch = R;
-      p.max_q_len = Cmax;
-      p.max_k_len = N;
-      p.num_heads = 1;
-      p.head_dim = d;
-      p.softmax_scale = target_scale;
-      p.dtype = attn_dtype_;
-      p.o = up;
-      RETURN_IF_ERROR(Alloc(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / 4), &p.workspace));
-      RETURN_IF_ERROR(PaddedDenseAttentionCuda(p, stream_));
-      PaddedToJaggedParams bp = {};
-      bp.padded = up;
-      bp.offsets = d_cand_offsets;
-      bp.batch = R;
-      bp.max_len = Cmax;
-      bp.width = d;
-      bp.dtype = attn_dtype_;
-      bp.values = u_attn;
-      RETURN_IF_ERROR(PaddedToJaggedCuda(bp, stream_));
-    }
-    RETURN_IF_ERROR(FromAttn(u_attn, int64_t{C} * d, &u));
-    padding_saved_bytes_ += slot.padding_saved_bytes;
-  }
-
-  // 7. Interaction [C, d + n(n-1)/2], request vectors read through candidate offsets.
-  float* inter = nullptr;
-  RETURN_IF_ERROR(Alloc(size_t(C) * config_.top_mlp_input_width(), &inter));
-  {
-    DotInteractionParams p = {};
-    p.x = x;
-    p.pooled = pooled;
-    p.num_sparse = F;
-    p.u = u;
-    p.e = e;
-    p.candidate_offsets = d_cand_offsets;
-    p.num_requests = R;
-    p.num_candidates = C;
-    p.dim = d;
-    p.out = inter;
-    RETURN_IF_ERROR(DotInteractionCuda(p, stream_));
-  }
-  // 8. Top MLP, sigmoid, scores back to the host.
-  float* logits = nullptr;
-  RETURN_IF_ERROR(Mlp(top_, /*relu_last=*/false, inter, C, &logits));
-  RETURN_IF_ERROR(SigmoidInPlaceCuda(logits, C, stream_));
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_start_, stream_));
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(host_scores_, logits, size_t(C) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_done_, stream_));
-  // d2h_done_ is the stream's last work, so either wait covers the whole batch.
-  if (options_.cuda_blocking_sync) {
-    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(d2h_done_));
-  } else {
-    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
-  }
-  std::memcpy(scores->data(), host_scores_, size_t(C) * sizeof(float));
-  if (timings != nullptr) {
-    // Both copies are complete: the stream waited for copy_done and was synchronised.
-    float ms = 0;
-    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, slot.copy_start, slot.copy_done));
-    timings->h2d_seconds = ms * 1e-3;
-    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, d2h_start_, d2h_done_));
-    timings->d2h_seconds = ms * 1e-3;
+    p.out = pass->pooled + size_t(f) * R * d;
+    RETURN_IF_ERROR(EmbeddingBagCuda(p, stream_.get()));
   }
   return Status::Ok();
+}
+
+// 5. Candidate embeddings e [C, d].
+Status CudaModel::EmbedCandidates(CudaPass* pass) {
+  const int C = pass->num_candidates;
+  const int d = config_.embedding_dim;
+  RETURN_IF_ERROR(Alloc(size_t(C) * d, &pass->e));
+  GatherRowsParams p = {};
+  p.ids = pass->cand_ids;
+  p.count = C;
+  p.table = item_table_;
+  p.table_dtype = table_dtype_;
+  p.num_rows = config_.item_rows;
+  p.dim = d;
+  p.out = pass->e;
+  return GatherRowsCuda(p, stream_.get());
+}
+
+// 3. History embeddings h [T, d].
+Status CudaModel::EmbedHistory(CudaPass* pass) {
+  const int d = config_.embedding_dim;
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_history_tokens) * d, &pass->h));
+  HistoryGatherParams p = {};
+  p.ids = pass->hist_ids;
+  p.offsets = pass->hist_offsets;
+  p.batch = pass->num_requests;
+  p.item_table = item_table_;
+  p.table_dtype = table_dtype_;
+  p.item_rows = config_.item_rows;
+  p.position_table = position_table_;
+  p.max_len = config_.max_history_len;
+  p.dim = d;
+  p.out = pass->h;
+  return HistoryGatherCuda(p, stream_.get());
+}
+
+// No request has history: every u_c is the zero vector (docs/model.md, step 6).
+Status CudaModel::NoHistory(CudaPass* pass) {
+  const size_t count = size_t(pass->num_candidates) * config_.embedding_dim;
+  RETURN_IF_ERROR(Alloc(count, &pass->u));
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(pass->u, 0, count * sizeof(float), stream_.get()));
+  return Status::Ok();
+}
+
+// 7. Interaction [C, d + n(n-1)/2], request vectors read through candidate offsets.
+Status CudaModel::Interaction(CudaPass* pass) {
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * config_.top_mlp_input_width(), &pass->inter));
+  DotInteractionParams p = {};
+  p.x = pass->x;
+  p.pooled = pass->pooled;
+  p.num_sparse = static_cast<int>(config_.sparse_features.size());
+  p.u = pass->u;
+  p.e = pass->e;
+  p.candidate_offsets = pass->cand_offsets;
+  p.num_requests = pass->num_requests;
+  p.num_candidates = pass->num_candidates;
+  p.dim = config_.embedding_dim;
+  p.out = pass->inter;
+  return DotInteractionCuda(p, stream_.get());
+}
+
+// 8. Top MLP and sigmoid: pass->logits holds the scores on the device.
+Status CudaModel::TopMlp(CudaPass* pass) {
+  RETURN_IF_ERROR(Mlp(top_, /*relu_last=*/false, pass->inter, pass->num_candidates, &pass->logits));
+  return SigmoidInPlaceCuda(pass->logits, pass->num_candidates, stream_.get());
+}
+
+Status CudaModel::PadHistory(const CudaPass& pass, float** out) {
+  const int d = config_.embedding_dim;
+  RETURN_IF_ERROR(Alloc(size_t(pass.num_requests) * pass.max_history * d, out));
+  JaggedToPaddedParams p = {};
+  p.values = pass.h;
+  p.offsets = pass.hist_offsets;
+  p.batch = pass.num_requests;
+  p.max_len = pass.max_history;
+  p.width = d;
+  p.dtype = DType::kFloat32;
+  p.padded = *out;
+  return JaggedToPaddedCuda(p, stream_.get());
+}
+
+Status CudaModel::TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn,
+                                 void** u_attn) {
+  const int64_t count = int64_t{pass.num_candidates} * config_.embedding_dim;
+  RETURN_IF_ERROR(ToAttn(pass.e, count, e_attn));
+  RETURN_IF_ERROR(ToAttn(pass.z, pass.z_rows * config_.embedding_dim, z_attn));
+  return AllocAttn(count, u_attn);
+}
+
+Status CudaModel::ProjectOutAndAdd(const void* o_attn, const float* tokens, int64_t rows, CudaPass* pass) {
+  const int d = config_.embedding_dim;
+  float* o = nullptr;
+  RETURN_IF_ERROR(FromAttn(o_attn, rows * d, &o));
+  float* z = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(rows) * d, &z));
+  RETURN_IF_ERROR(Linear(o, wo_, static_cast<int>(rows), d, d, z));
+  RETURN_IF_ERROR(AddInPlaceCuda(z, tokens, rows * d, stream_.get()));
+  pass->z = z;
+  pass->z_rows = rows;
+  return Status::Ok();
+}
+
+// ---- Jagged and padded_flash: the flash kernel over the fused [rows, 3d] QKV.
+
+Status CudaFlash::SelfAttention(CudaPass* pass) {
+  CudaModel& m = *m_;
+  const int R = pass->num_requests;
+  const int N = pass->max_history;
+  const int d = m.config_.embedding_dim;
+  const int H = m.config_.attention_heads;
+  const float* tokens = pass->h;  // the rows the projections run over
+  int64_t rows = pass->num_history_tokens;
+  if (padded_) {
+    float* hp = nullptr;
+    RETURN_IF_ERROR(m.PadHistory(*pass, &hp));
+    tokens = hp;
+    rows = int64_t{R} * N;
+  }
+  float* qkv = nullptr;
+  RETURN_IF_ERROR(m.Alloc(size_t(rows) * 3 * d, &qkv));
+  RETURN_IF_ERROR(m.Linear(tokens, m.wqkv_, static_cast<int>(rows), 3 * d, d, qkv));
+  const void* qkv_attn = nullptr;
+  RETURN_IF_ERROR(m.ToAttn(qkv, rows * 3 * d, &qkv_attn));
+  void* o_attn = nullptr;
+  RETURN_IF_ERROR(m.AllocAttn(rows * d, &o_attn));
+  const size_t esize = DTypeSize(m.attn_dtype_);
+  const char* base = static_cast<const char*>(qkv_attn);
+  AttentionParams p = {};
+  p.dtype = m.attn_dtype_;
+  p.num_heads = H;
+  p.head_dim = d / H;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d / H));
+  p.batch = R;
+  p.q = base;
+  p.k = base + d * esize;
+  p.v = base + 2 * d * esize;
+  p.o = o_attn;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = 3 * d;
+  p.o_row_stride = d;
+  p.q_offsets = p.k_offsets = padded_ ? pass->padded_offsets : pass->hist_offsets;
+  p.max_q_len = p.max_k_len = N;
+  p.maybe_k_valid_len = padded_ ? pass->lengths : nullptr;
+  RETURN_IF_ERROR(JaggedAttentionCuda(p, m.stream_.get()));
+  RETURN_IF_ERROR(m.ProjectOutAndAdd(o_attn, tokens, rows, pass));
+  if (!padded_) m.padding_saved_bytes_ += pass->slot->padding_saved_bytes;
+  return Status::Ok();
+}
+
+Status CudaFlash::TargetAttention(CudaPass* pass) {
+  CudaModel& m = *m_;
+  const int C = pass->num_candidates;
+  const int d = m.config_.embedding_dim;
+  const void* e_attn = nullptr;
+  const void* z_attn = nullptr;
+  void* u_attn = nullptr;
+  RETURN_IF_ERROR(m.TargetOperands(*pass, &e_attn, &z_attn, &u_attn));
+  AttentionParams p = {};
+  p.q = e_attn;
+  p.k = z_attn;
+  p.v = z_attn;
+  p.o = u_attn;
+  p.dtype = m.attn_dtype_;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = d;
+  p.q_offsets = pass->cand_offsets;
+  p.k_offsets = padded_ ? pass->padded_offsets : pass->hist_offsets;
+  p.batch = pass->num_requests;
+  p.num_heads = 1;
+  p.head_dim = d;
+  p.max_q_len = pass->max_candidates;
+  p.max_k_len = pass->max_history;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.maybe_k_valid_len = padded_ ? pass->lengths : nullptr;
+  RETURN_IF_ERROR(JaggedAttentionCuda(p, m.stream_.get()));
+  return m.FromAttn(u_attn, int64_t{C} * d, &pass->u);
+}
+
+// ---- padded_dense: separate Q, K, V projections over the padded tokens,
+// the score matrix materialised.
+
+Status CudaPaddedDense::SelfAttention(CudaPass* pass) {
+  CudaModel& m = *m_;
+  const int R = pass->num_requests;
+  const int N = pass->max_history;
+  const int d = m.config_.embedding_dim;
+  const int H = m.config_.attention_heads;
+  float* hp = nullptr;
+  RETURN_IF_ERROR(m.PadHistory(*pass, &hp));
+  const int64_t rows = int64_t{R} * N;
+  const void* proj[3];
+  const float* w[3] = {m.wqkv_, m.wqkv_ + size_t(d) * d, m.wqkv_ + size_t(2) * d * d};
+  for (int i = 0; i < 3; ++i) {
+    float* y = nullptr;
+    RETURN_IF_ERROR(m.Alloc(size_t(rows) * d, &y));
+    RETURN_IF_ERROR(m.Linear(hp, w[i], static_cast<int>(rows), d, d, y));
+    RETURN_IF_ERROR(m.ToAttn(y, rows * d, &proj[i]));
+  }
+  void* o_attn = nullptr;
+  RETURN_IF_ERROR(m.AllocAttn(rows * d, &o_attn));
+  PaddedDenseAttentionParams p = {};
+  p.q = proj[0];
+  p.k = proj[1];
+  p.v = proj[2];
+  p.q_len = p.k_len = pass->lengths;
+  p.batch = R;
+  p.max_q_len = p.max_k_len = N;
+  p.num_heads = H;
+  p.head_dim = d / H;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d / H));
+  p.dtype = m.attn_dtype_;
+  p.o = o_attn;
+  RETURN_IF_ERROR(m.Alloc(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / 4), &p.workspace));
+  RETURN_IF_ERROR(PaddedDenseAttentionCuda(p, m.stream_.get()));
+  return m.ProjectOutAndAdd(o_attn, hp, rows, pass);
+}
+
+Status CudaPaddedDense::TargetAttention(CudaPass* pass) {
+  CudaModel& m = *m_;
+  const int R = pass->num_requests;
+  const int C = pass->num_candidates;
+  const int Cmax = pass->max_candidates;
+  const int d = m.config_.embedding_dim;
+  const void* e_attn = nullptr;
+  const void* z_attn = nullptr;
+  void* u_attn = nullptr;
+  RETURN_IF_ERROR(m.TargetOperands(*pass, &e_attn, &z_attn, &u_attn));
+  void* ep = nullptr;
+  void* up = nullptr;
+  RETURN_IF_ERROR(m.AllocAttn(int64_t{R} * Cmax * d, &ep));
+  RETURN_IF_ERROR(m.AllocAttn(int64_t{R} * Cmax * d, &up));
+  JaggedToPaddedParams tp = {};
+  tp.values = e_attn;
+  tp.offsets = pass->cand_offsets;
+  tp.batch = R;
+  tp.max_len = Cmax;
+  tp.width = d;
+  tp.dtype = m.attn_dtype_;
+  tp.padded = ep;
+  RETURN_IF_ERROR(JaggedToPaddedCuda(tp, m.stream_.get()));
+  PaddedDenseAttentionParams p = {};
+  p.q = ep;
+  p.k = z_attn;
+  p.v = z_attn;
+  p.q_len = pass->cand_lengths;
+  p.k_len = pass->lengths;
+  p.batch = R;
+  p.max_q_len = Cmax;
+  p.max_k_len = pass->max_history;
+  p.num_heads = 1;
+  p.head_dim = d;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.dtype = m.attn_dtype_;
+  p.o = up;
+  RETURN_IF_ERROR(m.Alloc(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / 4), &p.workspace));
+  RETURN_IF_ERROR(PaddedDenseAttentionCuda(p, m.stream_.get()));
+  PaddedToJaggedParams bp = {};
+  bp.padded = up;
+  bp.offsets = pass->cand_offsets;
+  bp.batch = R;
+  bp.max_len = Cmax;
+  bp.width = d;
+  bp.dtype = m.attn_dtype_;
+  bp.values = u_attn;
+  RETURN_IF_ERROR(PaddedToJaggedCuda(bp, m.stream_.get()));
+  return m.FromAttn(u_attn, int64_t{C} * d, &pass->u);
 }
 
 }  // namespace

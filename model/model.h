@@ -1,4 +1,4 @@
-// Model: the DLRM-style ranking model of DESIGN.md on one backend.
+// Model: the DLRM-style ranking model of docs/model.md on one backend.
 //
 //   std::unique_ptr<Model> model;
 //   RETURN_IF_ERROR(Model::Create(config, weights, options, &model));
@@ -48,6 +48,17 @@ enum class AttentionStrategy { kJagged, kPaddedFlash, kPaddedDense };
 const char* AttentionStrategyName(AttentionStrategy s);  // "jagged", ...
 Status ParseAttentionStrategy(const std::string& name, AttentionStrategy* out);
 
+// What a batch of `requests` histories costs a strategy, in the unit of the
+// batcher's max_batch_attention_cost budget: the jagged strategy computes
+// the sum over requests of L^2; the padded ones compute and allocate
+// R * (longest L)^2.
+inline int64_t JaggedAttentionCost(int64_t /*requests*/, int64_t sum_of_squares, int64_t /*longest*/) {
+  return sum_of_squares;
+}
+inline int64_t PaddedAttentionCost(int64_t requests, int64_t /*sum_of_squares*/, int64_t longest) {
+  return requests * longest * longest;
+}
+
 struct ModelOptions {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N" ("auto" is resolved by the caller)
   AttentionStrategy attention = AttentionStrategy::kJagged;
@@ -57,11 +68,6 @@ struct ModelOptions {
   // throughout); false keeps everything float32 (the GEMMs were ~40% of a
   // forward pass's GPU time as fp32 SIMT kernels on the H200).
   bool cuda_bf16 = true;
-  // CUDA only: how Run waits for its batch. false spins on the stream (the
-  // CUDA default with one context on a many-core host); true blocks the
-  // thread on an event created with cudaEventBlockingSync, which frees the
-  // core the spin would hold while the GPU computes, for a wake-up per batch.
-  bool cuda_blocking_sync = false;
 };
 
 struct ModelMemory {
@@ -121,6 +127,10 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   virtual std::string device() const = 0;          // "cpu", "cuda:0"
   virtual AttentionStrategy attention() const = 0;
+  // What a batch of `requests` histories, whose squared lengths sum to
+  // `sum_of_squares` and whose longest is `longest`, costs this model's
+  // attention strategy (the batcher's max_batch_attention_cost unit).
+  virtual int64_t AttentionCost(int64_t requests, int64_t sum_of_squares, int64_t longest) const = 0;
   virtual std::string version() const = 0;         // content hash of the weights
   virtual ModelMemory Memory() const = 0;
 

@@ -96,6 +96,76 @@ bool ReadUnsigned(const nlohmann::json& j, uint64_t* out) {
   return false;
 }
 
+// The element types a weights file may hold; all become float32 at load.
+enum class FileDType { kF32, kBF16, kF16 };
+
+bool ParseFileDType(const std::string& name, FileDType* out) {
+  if (name == "F32") {
+    *out = FileDType::kF32;
+  } else if (name == "BF16") {
+    *out = FileDType::kBF16;
+  } else if (name == "F16") {
+    *out = FileDType::kF16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// bfloat16 is the top half of a float32: exact.
+float BFloat16ToFloat(uint16_t bits) {
+  const uint32_t word = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof(f));
+  return f;
+}
+
+// IEEE binary16 (1 sign, 5 exponent, 10 mantissa bits) to float32: exact,
+// subnormals included; exponent 31 is Inf/NaN.
+float Float16ToFloat(uint16_t bits) {
+  const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1Fu;
+  const uint32_t mantissa = bits & 0x3FFu;
+  uint32_t word;
+  if (exponent == 0x1F) {
+    word = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    word = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  } else {
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // subnormal or zero
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  float f;
+  std::memcpy(&f, &word, sizeof(f));
+  return f;
+}
+
+// `n` elements of `dtype` at `p` (any alignment, little-endian) -> float32.
+void ConvertToFloat(FileDType dtype, const unsigned char* p, uint64_t n, float* out) {
+  if (dtype == FileDType::kF32) {
+    std::memcpy(out, p, n * sizeof(float));
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint16_t bits = static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8));
+    out[i] = dtype == FileDType::kBF16 ? BFloat16ToFloat(bits) : Float16ToFloat(bits);
+  }
+}
+
+// Index of the first NaN or Inf among values[0..n), or n.
+uint64_t FirstNonFinite(const float* values, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i])) return i;
+  }
+  return n;
+}
+
+Status NonFiniteError(const std::string& where_tensor, uint64_t index, float value) {
+  return Status::InvalidArgument(where_tensor + "element " + std::to_string(index) + " is " +
+                                 (std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf") +
+                                 ": weights must be finite");
+}
+
 struct MappedFile {
   void* addr = nullptr;
   size_t size = 0;
@@ -242,10 +312,13 @@ Status LoadSafetensors(const std::string& path, const ModelConfig& config, Model
     if (dtype == info.end() || !dtype->is_string()) {
       return Status::InvalidArgument(where + tensor + "missing or non-string 'dtype'");
     }
-    if (dtype->get<std::string>() != "F32") {
-      return Status::InvalidArgument(where + tensor + "dtype " + dtype->get<std::string>() +
-                                     " is not supported (weights must be F32)");
+    const std::string dtype_name = dtype->get<std::string>();
+    FileDType file_dtype;
+    if (!ParseFileDType(dtype_name, &file_dtype)) {
+      return Status::InvalidArgument(where + tensor + "dtype " + dtype_name +
+                                     " is not supported (weights must be F32, BF16 or F16)");
     }
+    const uint64_t element_bytes = file_dtype == FileDType::kF32 ? 4 : 2;
     if (shape_json == info.end() || !shape_json->is_array() || shape_json->size() > kMaxRank) {
       return Status::InvalidArgument(where + tensor + "missing or invalid 'shape'");
     }
@@ -272,19 +345,24 @@ Status LoadSafetensors(const std::string& path, const ModelConfig& config, Model
       return Status::InvalidArgument(where + tensor + "data_offsets " + offsets->dump() +
                                      " run past the end of the data (" + std::to_string(data_size) + " bytes)");
     }
-    if (end - begin != elements * sizeof(float)) {
+    if (end - begin != elements * element_bytes) {
       return Status::InvalidArgument(where + tensor + "data_offsets cover " + std::to_string(end - begin) +
-                                     " bytes, shape " + shape_json->dump() + " x F32 needs " +
-                                     std::to_string(elements * sizeof(float)));
+                                     " bytes, shape " + shape_json->dump() + " x " + dtype_name + " needs " +
+                                     std::to_string(elements * element_bytes));
     }
     ranges.push_back({begin, end, name});
     const unsigned char* p = data + begin;
-    if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
-      weights.AddView(name, std::move(shape), reinterpret_cast<const float*>(p));
-    } else {  // unaligned data: copy (the format does not promise alignment)
-      std::vector<float> copy(elements);
-      std::memcpy(copy.data(), p, elements * sizeof(float));
-      weights.Add(name, std::move(shape), std::move(copy));
+    if (file_dtype == FileDType::kF32 && reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
+      const float* values = reinterpret_cast<const float*>(p);
+      const uint64_t bad = FirstNonFinite(values, elements);
+      if (bad < elements) return NonFiniteError(where + tensor, bad, values[bad]);
+      weights.AddView(name, std::move(shape), values);
+    } else {  // BF16/F16 (converted), or unaligned F32 (the format does not promise alignment): a float32 copy
+      std::vector<float> values(elements);
+      ConvertToFloat(file_dtype, p, elements, values.data());
+      const uint64_t bad = FirstNonFinite(values.data(), elements);
+      if (bad < elements) return NonFiniteError(where + tensor, bad, values[bad]);
+      weights.Add(name, std::move(shape), std::move(values));
     }
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });

@@ -1,6 +1,7 @@
-// ModelWeights: the named float32 tensors of DESIGN.md's weight contract,
-// loaded from a safetensors file (memory-mapped), or made deterministically
-// from a config's seed, and written back to safetensors.
+// ModelWeights: the named float32 tensors of the weight contract
+// (docs/model.md), loaded from a safetensors file (F32 memory-mapped, BF16
+// and F16 converted to float32), or made deterministically from a config's
+// seed, and written back to safetensors.
 //
 // Names (contract): bottom_mlp.{i}.weight [out, in], bottom_mlp.{i}.bias [out],
 // top_mlp.{i}.weight / .bias, embeddings.{feature} [num_rows, d],
@@ -75,9 +76,12 @@ std::map<std::string, std::vector<int64_t>> ExpectedWeightShapes(const ModelConf
 Status ValidateWeights(const ModelConfig& config, const ModelWeights& weights);
 
 // Loads a safetensors file, checking the header against the file (header
-// length, dtypes, shapes, data offsets in range and not overlapping) and
-// then against `config` (ValidateWeights). Hostile files are rejected with an
-// error naming the problem; nothing is read outside the file.
+// length, dtypes, shapes, data offsets in range and not overlapping), every
+// value (a NaN or Inf is an error naming the tensor and the element) and
+// then against `config` (ValidateWeights). Tensors may be F32 (used in place
+// when 4-byte aligned), BF16 or F16 (converted to float32 at load, exactly);
+// any other dtype is an error naming the tensor. Hostile files are rejected
+// with an error naming the problem; nothing is read outside the file.
 Status LoadSafetensors(const std::string& path, const ModelConfig& config, ModelWeights* out);
 
 // Writes `weights` as a safetensors file (F32, names sorted), atomically

@@ -12,24 +12,55 @@ build_pkgs=(
   libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
 # Real peers the integration tests drive: the Prometheus server and a headless browser;
-# clang and its runtimes for the libFuzzer targets (fuzz/, make fuzz).
-test_pkgs=(prometheus chromium curl python3 clang libclang-rt-14-dev)
+# clang and its runtimes for the libFuzzer targets (fuzz/, make fuzz);
+# the Python package's tests (python/tests: the PyTorch twin, its gRPC stubs, pip install ./python);
+# podman (with runc, and mmdebstrap for the local Debian base) for deploy_image_test,
+# which builds and runs the container image.
+test_pkgs=(prometheus chromium curl python3
+  python3-torch python3-numpy python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-pip
+  podman buildah runc mmdebstrap uidmap
+  clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}")
 if [ "${1:-}" = "--build-only" ]; then pkgs=("${build_pkgs[@]}"); fi
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# `kubectl kustomize` renders deploy/k8s in metrics_deploy_test: Debian's
+# kubernetes-client. Where /usr/bin/kubectl belongs to another package (a
+# vendor's kubectl), that one stays, and Debian's package is unpacked beside
+# it instead, into $debian_kubectl_dir (the test looks there first).
+debian_kubectl_dir=/opt/jagrank/kubernetes-client
+kubectl_unpack=0
+if [ "${1:-}" != "--build-only" ] && ! installed kubernetes-client; then
+  owner=$(dpkg -S /usr/bin/kubectl 2>/dev/null | cut -d: -f1 || true)
+  if [ -z "$owner" ]; then
+    pkgs+=(kubernetes-client)
+  elif [ ! -x "$debian_kubectl_dir/usr/bin/kubectl" ]; then
+    kubectl_unpack=1
+  fi
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+  if ! installed "$p"; then missing+=("$p"); fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && [ $kubectl_unpack -eq 0 ] && exit 0
 
-echo "install-deps: installing ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ $kubectl_unpack -eq 1 ]; then
+  echo "install-deps: /usr/bin/kubectl belongs to package $owner; unpacking Debian's kubernetes-client into $debian_kubectl_dir"
+  tmp=$(mktemp -d) && chmod 777 "$tmp"   # apt-get download writes as user _apt
+  (cd "$tmp" && apt-get download -qq kubernetes-client)
+  $SUDO mkdir -p "$debian_kubectl_dir"
+  $SUDO dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$debian_kubectl_dir"
+  rm -rf "$tmp"
+fi
 echo "install-deps: done"

@@ -19,11 +19,11 @@ bool QueuedRequest::Expired(Clock::time_point now, Status* why) const {
   return false;
 }
 
-Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCost attention_cost)
-    : config_(config), metrics_(metrics), attention_cost_(attention_cost) {}
+Batcher::Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost)
+    : config_(config), metrics_(metrics), attention_cost_(std::move(attention_cost)) {}
 
 int64_t Batcher::AttentionCostOf(int64_t count, int64_t sum_of_squares, int64_t longest) const {
-  return attention_cost_ == AttentionCost::kPadded ? count * longest * longest : sum_of_squares;
+  return attention_cost_ ? attention_cost_(count, sum_of_squares, longest) : sum_of_squares;
 }
 
 Batcher::~Batcher() {

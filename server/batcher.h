@@ -69,14 +69,14 @@ struct QueuedRequest {
 
 class Batcher {
  public:
-  enum class AttentionCost {
-    kSumOfSquares,  // jagged: sum over requests of L^2
-    kPadded,        // padded_flash / padded_dense: R * (max L)^2
-  };
+  // The attention cost of `requests` histories whose squared lengths sum to
+  // `sum_of_squares` and whose longest is `longest`: the model's strategy
+  // says (Model::AttentionCost). Called under the batcher's lock.
+  using AttentionCostFn = std::function<int64_t(int64_t requests, int64_t sum_of_squares, int64_t longest)>;
 
-  // `metrics` must outlive the batcher.
-  Batcher(const BatchingConfig& config, ServerMetrics* metrics,
-          AttentionCost attention_cost = AttentionCost::kSumOfSquares);
+  // `metrics` must outlive the batcher. Without `attention_cost`, the jagged
+  // strategy's (sum of L^2).
+  Batcher(const BatchingConfig& config, ServerMetrics* metrics, AttentionCostFn attention_cost = {});
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
@@ -115,7 +115,7 @@ class Batcher {
 
   const BatchingConfig config_;
   ServerMetrics* const metrics_;
-  const AttentionCost attention_cost_;
+  const AttentionCostFn attention_cost_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<QueuedRequest>> queue_ ABSL_GUARDED_BY(mu_);

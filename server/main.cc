@@ -1,5 +1,5 @@
-// jagrank-server: see DESIGN.md "Server". Flags override --config (which
-// defaults to the embedded config/server.yaml).
+// jagrank-server: flags override --config (which defaults to the embedded
+// config/server.yaml); server/server_config.h holds the keys.
 #include <signal.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -10,8 +10,9 @@
 #include <memory>
 #include <thread>
 
-#include "common/flags.h"
+#include "common/cuda_check.h"
 #include "common/process.h"
+#include "common/socket_address.h"
 #include "server/metrics.h"
 #include "server/prometheus_metrics.h"
 #include "server/server.h"
@@ -33,91 +34,24 @@ void OnSignal(int sig) {
   }
 }
 
-Status ParseArgs(int argc, char** argv, ServerConfig* config, bool* help) {
-  // Flag values start at the built-in defaults (shown by --help); only flags
-  // given on the command line override the config file.
-  const ServerConfig d;
-  std::string config_path, grpc_address = d.grpc_address, metrics_address = d.metrics_address, device = d.device,
-                           model_config, model_weights, attention = d.attention, log_level = d.log_level,
-                           grpc_channel_args = d.grpc_channel_args, cuda_sync = d.cuda_sync;
-  int64_t max_queue_delay_us = d.batching.max_queue_delay_us, max_batch_candidates = d.batching.max_batch_candidates,
-          max_batch_history_tokens = d.batching.max_batch_history_tokens,
-          max_batch_attention_cost = d.batching.max_batch_attention_cost;
-  bool dispatch_when_idle = d.batching.dispatch_when_idle;
-  int max_queue_requests = d.batching.max_queue_requests, max_batch_requests = d.batching.max_batch_requests,
-      max_candidates_per_request = d.max_candidates_per_request, cpu_threads = d.cpu_threads,
-      grpc_completion_queues = d.grpc_completion_queues, grpc_max_concurrent_streams = d.grpc_max_concurrent_streams;
-  FlagParser flags("jagrank-server: the jagrank gRPC ranking server");
-  flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
-  flags.Add("grpc-address", &grpc_address, "gRPC listen address host:port");
-  flags.Add("metrics-address", &metrics_address, "Prometheus /metrics address host:port ('' = off)");
-  flags.Add("device", &device, "auto | cpu | cuda | cuda:N");
-  flags.Add("model-config", &model_config, "model YAML (default: the embedded config/model.yaml)");
-  flags.Add("model-weights", &model_weights, "safetensors weights (default: random from the config's seed)");
-  flags.Add("attention", &attention, "jagged | padded_flash | padded_dense");
-  flags.Add("max-queue-delay-us", &max_queue_delay_us, "batcher: longest wait of the oldest request");
-  flags.Add("dispatch-when-idle", &dispatch_when_idle,
-            "batcher: also close a batch at once when the executor has none waiting to run");
-  flags.Add("max-batch-candidates", &max_batch_candidates, "batcher: candidate rows per batch");
-  flags.Add("max-batch-requests", &max_batch_requests, "batcher: requests per batch");
-  flags.Add("max-batch-history-tokens", &max_batch_history_tokens, "batcher: kept history ids per batch");
-  flags.Add("max-batch-attention-cost", &max_batch_attention_cost,
-            "batcher: attention work per batch (jagged: sum L^2; padded: R x max L^2)");
-  flags.Add("max-queue-requests", &max_queue_requests, "queued requests before RESOURCE_EXHAUSTED");
-  flags.Add("max-candidates-per-request", &max_candidates_per_request, "INVALID_ARGUMENT above this");
-  flags.Add("cpu-threads", &cpu_threads, "CPU backend threads (0 = all cores)");
-  flags.Add("cuda-sync", &cuda_sync, "spin | block: how the CUDA executor waits for a batch");
-  flags.Add("grpc-completion-queues", &grpc_completion_queues,
-            "Rank's completion queues, one polling thread each (0 = half the cores, 2 to 8)");
-  flags.Add("grpc-max-concurrent-streams", &grpc_max_concurrent_streams,
-            "calls open at once per client connection; more wait in the client (0 = no limit)");
-  flags.Add("grpc-channel-args", &grpc_channel_args,
-            "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers)");
-  flags.Add("log-level", &log_level, "trace | debug | info | warn | error");
-  RETURN_IF_ERROR(flags.Parse(argc, argv));
-  if (flags.help_requested()) {
-    std::fputs(flags.Usage().c_str(), stdout);
-    *help = true;
-    return Status::Ok();
-  }
-  if (flags.IsSet("config")) {
-    RETURN_IF_ERROR(LoadServerConfig(config_path, config));
-  } else {
-    Status s = ParseServerConfig(EmbeddedServerYaml(), config);
-    if (!s.ok()) return Status(s.code(), "embedded config/server.yaml: " + s.message());
-  }
-  if (flags.IsSet("grpc-address")) config->grpc_address = grpc_address;
-  if (flags.IsSet("metrics-address")) config->metrics_address = metrics_address;
-  if (flags.IsSet("device")) config->device = device;
-  if (flags.IsSet("model-config")) config->model_config = model_config;
-  if (flags.IsSet("model-weights")) config->model_weights = model_weights;
-  if (flags.IsSet("attention")) config->attention = attention;
-  if (flags.IsSet("log-level")) config->log_level = log_level;
-  if (flags.IsSet("cpu-threads")) config->cpu_threads = cpu_threads;
-  if (flags.IsSet("cuda-sync")) config->cuda_sync = cuda_sync;
-  if (flags.IsSet("grpc-completion-queues")) config->grpc_completion_queues = grpc_completion_queues;
-  if (flags.IsSet("grpc-max-concurrent-streams")) config->grpc_max_concurrent_streams = grpc_max_concurrent_streams;
-  if (flags.IsSet("grpc-channel-args")) config->grpc_channel_args = grpc_channel_args;
-  if (flags.IsSet("max-candidates-per-request")) config->max_candidates_per_request = max_candidates_per_request;
-  if (flags.IsSet("max-queue-delay-us")) config->batching.max_queue_delay_us = max_queue_delay_us;
-  if (flags.IsSet("dispatch-when-idle")) config->batching.dispatch_when_idle = dispatch_when_idle;
-  if (flags.IsSet("max-batch-candidates")) config->batching.max_batch_candidates = max_batch_candidates;
-  if (flags.IsSet("max-batch-requests")) config->batching.max_batch_requests = max_batch_requests;
-  if (flags.IsSet("max-batch-history-tokens")) config->batching.max_batch_history_tokens = max_batch_history_tokens;
-  if (flags.IsSet("max-batch-attention-cost")) config->batching.max_batch_attention_cost = max_batch_attention_cost;
-  if (flags.IsSet("max-queue-requests")) config->batching.max_queue_requests = max_queue_requests;
-  return ValidateServerConfig(*config);
-}
-
 int Main(int argc, char** argv) {
-  ServerConfig config;
-  bool help = false;
-  Status s = ParseArgs(argc, argv, &config, &help);
+  ServerCommandLine cmd;
+  Status s = ParseServerCommandLine(argc, argv, &cmd);
+  if (s.ok() && cmd.help) {
+    std::fputs(cmd.usage.c_str(), stdout);
+    return 0;
+  }
+  if (s.ok()) s = ResolveServerConfig(cmd.given_keys, CudaDeviceAvailable, &cmd.config);
+  if (s.ok() && cmd.check_config) s = CheckServerConfigFiles(cmd.config);
   if (!s.ok()) {
     std::fprintf(stderr, "jagrank-server: %s\n", s.ToString().c_str());
     return 2;
   }
-  if (help) return 0;
+  const ServerConfig& config = cmd.config;
+  if (cmd.check_config) {
+    std::printf("jagrank-server: config OK: %s\n", ServerConfigSummary(config, cmd.given_keys).c_str());
+    return 0;
+  }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::info("malloc from {}", MallocLibrary());
   if (ConfigureGrpcProcess()) {
@@ -137,7 +71,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<PrometheusMetrics> prometheus;
   ServerMetrics* metrics = &null_metrics;
   if (!config.metrics_address.empty()) {
-    s = PrometheusMetrics::Create(config.metrics_address, &prometheus);
+    s = CheckAddressFree("metrics_address", config.metrics_address);
+    if (s.ok()) s = PrometheusMetrics::Create(config.metrics_address, &prometheus);
     if (!s.ok()) {
       spdlog::critical("metrics: {}", s.ToString());
       return 1;
@@ -152,8 +87,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const Model& model = server->model();
-  spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(), model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
-               ServerConfigSummary(config));
+  spdlog::info("jagrank-server ready: port={} model={} version={} device={} attention={} | {}", server->port(),
+               model.config().name, model.version(), model.device(), AttentionStrategyName(model.attention()),
+               ServerConfigSummary(config, cmd.given_keys));
 
   // First signal: drain (OnSignal exits at once on the second).
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));

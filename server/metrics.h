@@ -1,5 +1,5 @@
 // ServerMetrics: the observer the server reports to. The Prometheus
-// implementation (server/prometheus_metrics.h) exports DESIGN.md's metric
+// implementation (server/prometheus_metrics.h) exports docs/metrics.md's metric
 // names; NullMetrics is the no-op one for tests and tools.
 // Thread safety: every method may be called concurrently from any thread.
 #ifndef JAGRANK_SERVER_METRICS_H_

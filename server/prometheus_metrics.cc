@@ -1,4 +1,4 @@
-// PrometheusMetrics: DESIGN.md's metric names on a prometheus-cpp registry,
+// PrometheusMetrics: docs/metrics.md's metric names on a prometheus-cpp registry,
 // served by its pull exposer (CivetWeb) at /metrics, plus the embedded status
 // page at "/" through CivetWeb's begin_request callback (the Exposer keeps its
 // CivetServer private, so the callback is the only way to add a path).

@@ -1,5 +1,5 @@
 // PrometheusMetrics: ServerMetrics exported with prometheus-cpp. Its pull
-// exposer serves `/metrics` (DESIGN.md's names, prefix jagrank_) and a
+// exposer serves `/metrics` (docs/metrics.md's names, prefix jagrank_) and a
 // self-contained live status page at `/` on the metrics address.
 // Thread safety: as ServerMetrics (all methods concurrent-safe).
 #ifndef JAGRANK_SERVER_PROMETHEUS_METRICS_H_

@@ -75,7 +75,6 @@ RankerService::RankerService(const ServerConfig& config, ServerMetrics* metrics)
 RankerService::~RankerService() { StopPolling(); }
 
 int RankerService::CompletionQueueCount() const {
-  if (config_.grpc_completion_queues > 0) return config_.grpc_completion_queues;
   return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
 }
 

@@ -1,13 +1,14 @@
 // RankerService: the jagrank.v1.Ranker gRPC service. Rank runs on the async
-// completion-queue API: kCompletionQueues server completion queues, each
-// polled by its own thread, with kCallsRequestedPerQueue calls requested on
-// each ahead of time. A polling thread validates a new call, queues it on the
-// batcher and goes back to its queue; the executor finishes the call when its
-// batch is computed. (On the H200 host, jagged h1024 in one benchmark call:
-// the callback API peaked at 49.7k QPS at 128 calls in flight and fell to
-// 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms, at about
-// the same server CPU per call.) GetModelInfo is rare and stays on the
-// callback API.
+// completion-queue API: CompletionQueueCount() server completion queues,
+// each polled by its own thread, with kCallsRequestedPerQueue calls
+// requested on each ahead of time. A polling thread converts a new call's
+// RankRequest into a RankInput (server/rank_request.h: the protobuf stops
+// there), queues it on the batcher and goes back to its queue; the executor
+// finishes the call when its batch is computed. (On the H200 host, jagged
+// h1024: the callback API peaked at 49.7k QPS at 128 calls in flight and
+// fell to 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms,
+// at about the same server CPU per call.) GetModelInfo is rare and stays on
+// the callback API.
 #ifndef JAGRANK_SERVER_RANKER_SERVICE_H_
 #define JAGRANK_SERVER_RANKER_SERVICE_H_
 
@@ -80,9 +81,9 @@ class RankerService final
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
 
-  // Completion queues (= polling threads) Rank is served on:
-  // config.grpc_completion_queues, or when that is 0 half the cores, 2 to 8
-  // (the executor's own threads need the rest).
+  // Completion queues (= polling threads) Rank is served on: half the
+  // cores, 2 to 8 (the executor's own threads need the rest; on the 16-core
+  // H200 host 4 queues served less and 16 no more than these 8).
   int CompletionQueueCount() const;
   // Calls requested ahead of time on each queue, so that a burst of new
   // calls finds requested ones waiting instead of queueing inside gRPC

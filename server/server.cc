@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "common/socket_address.h"
 #include "model/weights.h"
 #include "common/process.h"
 
@@ -24,10 +25,7 @@ Status BuildModel(const ModelConfig& model_config, const ServerConfig& config, c
     RETURN_IF_ERROR(LoadSafetensors(config.model_weights, model_config, &weights));
   }
   ModelOptions options;
-  options.device = device;
-  options.cpu_threads = config.cpu_threads;
-  options.cuda_blocking_sync = config.cuda_sync == "block";
-  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  RETURN_IF_ERROR(MakeModelOptions(config, device, &options));
   return Model::Create(model_config, std::move(weights), options, out);
 }
 
@@ -47,6 +45,16 @@ std::vector<RankInput> WarmupRequests(const ModelConfig& c) {
 }
 
 }  // namespace
+
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out) {
+  ModelOptions options;
+  options.device = device;
+  options.cpu_threads = config.cpu_threads;
+  options.cuda_bf16 = config.precision != "fp32";  // auto and bf16
+  RETURN_IF_ERROR(ParseAttentionStrategy(config.attention, &options.attention));
+  *out = options;
+  return Status::Ok();
+}
 
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out) {
   ModelConfig model_config;
@@ -97,6 +105,9 @@ Status JagrankServer::Start() {
   service_ = std::make_unique<RankerService>(config_, metrics_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC reports a taken port only in its own log, as "No address added":
+  // say it in plain words before trying.
+  RETURN_IF_ERROR(CheckAddressFree("grpc_address", config_.grpc_address));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.grpc_address, grpc::InsecureServerCredentials(), &port_);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
@@ -112,6 +123,11 @@ Status JagrankServer::Start() {
   std::vector<GrpcChannelArg> extra_args;  // also checked by ValidateServerConfig in Create
   RETURN_IF_ERROR(ParseGrpcChannelArgs(config_.grpc_channel_args, ServerReservedGrpcChannelArgs(),
                                        "server config grpc_channel_args", &extra_args));
+  for (const GrpcDefaultChannelArg& arg : ServerDefaultGrpcChannelArgs()) {
+    const bool overridden = std::any_of(extra_args.begin(), extra_args.end(),
+                                        [&arg](const GrpcChannelArg& extra) { return extra.name == arg.name; });
+    if (!overridden) builder.AddChannelArgument(arg.name, arg.value);
+  }
   for (const GrpcChannelArg& arg : extra_args) {
     if (arg.is_int) {
       builder.AddChannelArgument(arg.name, arg.int_value);
@@ -120,14 +136,9 @@ Status JagrankServer::Start() {
     }
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.grpc_max_receive_message_bytes));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(config_.keepalive_time_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(config_.keepalive_timeout_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             static_cast<int>(config_.keepalive_min_client_ping_interval_ms));
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
-    return Status::Unavailable("cannot listen on grpc_address '" + config_.grpc_address + "'");
+    return Status::Unavailable("grpc_address '" + config_.grpc_address + "': cannot listen (gRPC's log says why)");
   }
   service_->StartPolling();
   SetHealth(false);
@@ -145,10 +156,7 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   std::vector<float> scores;
   // Through every staging slot the executor uses, so that none of them
   // allocates its pinned and device buffers under live traffic.
-  const int warmup_batches =
-      config_.warmup_batches > 0 ? std::max(config_.warmup_batches, Model::kStageSlots) : 0;
-  for (int i = 0; i < warmup_batches; ++i) {
-    const int slot = i % Model::kStageSlots;
+  for (int slot = 0; slot < Model::kStageSlots; ++slot) {
     ForwardTimings timings;
     Status s = model_->Stage(batch, slot);
     if (s.ok()) s = model_->Run(slot, &scores, &timings);
@@ -156,9 +164,9 @@ Status JagrankServer::Ready(std::unique_ptr<Model> model) {
   }
   metrics_->SetMemory(model_->Memory());
   batcher_ = std::make_unique<Batcher>(config_.batching, metrics_,
-                                       model_->attention() == AttentionStrategy::kJagged
-                                           ? Batcher::AttentionCost::kSumOfSquares
-                                           : Batcher::AttentionCost::kPadded);
+                                       [model = model_.get()](int64_t requests, int64_t sum_sq, int64_t longest) {
+                                         return model->AttentionCost(requests, sum_sq, longest);
+                                       });
   executor_ = std::make_unique<Executor>(model_.get(), batcher_.get(), metrics_);
   executor_->Start();
   service_->SetReady(model_.get(), batcher_.get());
@@ -178,6 +186,14 @@ Status JagrankServer::Drain() {
   if (drained_) return drain_status_;
   drained_ = true;
   if (grpc_server_ == nullptr) return drain_status_;
+  if (batcher_ == nullptr) {
+    // The start failed before Ready: no request was accepted, nothing to
+    // drain or to log.
+    grpc_server_->Shutdown(std::chrono::system_clock::now());
+    service_->StopPolling();
+    grpc_server_->Wait();
+    return drain_status_;
+  }
   const Clock::time_point start = Clock::now();
   const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
   SetHealth(false);

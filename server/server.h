@@ -32,10 +32,10 @@ inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
 // and builds the model on config.device ("auto": the GPU when this build has
 // CUDA and one is usable, the CPU otherwise).
 Status LoadModel(const ServerConfig& config, std::unique_ptr<Model>* out);
-
-// config/server.yaml as it was at build time (the default of --config).
-// The embedded model config is model/config.h's DefaultModelConfig().
-const char* EmbeddedServerYaml();
+// The ModelOptions LoadModel builds the model with on `device` (resolved:
+// cpu, cuda or cuda:N): threads, attention strategy, and precision's CUDA
+// numerics (fp32 -> cuda_bf16 false; bf16 and auto -> true).
+Status MakeModelOptions(const ServerConfig& config, const std::string& device, ModelOptions* out);
 
 class JagrankServer {
  public:

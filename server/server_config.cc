@@ -3,138 +3,446 @@
 #include <grpc/grpc.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <fstream>
-#include <set>
+#include <memory>
 #include <sstream>
+#include <type_traits>
 
-#include "common/process.h"
+#include "common/flags.h"
+#include "common/socket_address.h"
+#include "model/config.h"
 
 namespace jagrank {
 namespace {
 
+// Where a value came from, for errors: "server config key 'x'" or
+// "flag --x (server config key x)".
+std::string KeyLabel(const std::string& key) { return "server config key '" + key + "'"; }
+
+Status Problem(const std::string& label, const std::string& value, const std::string& problem) {
+  return Status::InvalidArgument(label + " = '" + value + "': " + problem);
+}
+
+// The member a row binds, in ServerConfig or in its BatchingConfig.
 template <typename T>
-Status Read(const YAML::Node& node, const std::string& key, T* out) {
-  try {
-    *out = node.as<T>();
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument("server config key '" + key + "': cannot read value: " + e.what());
-  }
-  return Status::Ok();
+struct Top {
+  T ServerConfig::*member;
+  T& operator()(ServerConfig& c) const { return c.*member; }
+  const T& operator()(const ServerConfig& c) const { return c.*member; }
+};
+template <typename T>
+struct InBatching {
+  T BatchingConfig::*member;
+  T& operator()(ServerConfig& c) const { return c.batching.*member; }
+  const T& operator()(const ServerConfig& c) const { return c.batching.*member; }
+};
+template <typename T>
+Top<T> Member(T ServerConfig::*member) { return {member}; }
+template <typename T>
+InBatching<T> Member(T BatchingConfig::*member) { return {member}; }
+
+using TextCheck = std::function<Status(const std::string& label, const std::string& value)>;
+
+// One row of the table: everything about a knob except its CPU default,
+// which is the struct's in-class initializer.
+struct Knob {
+  std::string key;
+  std::string help;
+  std::string cuda_default;  // YAML text; empty = the struct's default on every device
+  bool is_bool = false;
+  // Reads `text` (a YAML scalar or a flag's value) into the member and checks it.
+  std::function<Status(const std::string& label, const std::string& text, ServerConfig*)> set;
+  std::function<std::string(const ServerConfig&)> get;  // the member as YAML text
+  std::function<Status(const std::string& label, const ServerConfig&)> check;
+};
+
+Status CheckRange(const std::string& label, int64_t value, int64_t lo, int64_t hi) {
+  if (value >= lo && value <= hi) return Status::Ok();
+  return Problem(label, std::to_string(value),
+                 "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
-Status ParseBatching(const YAML::Node& node, BatchingConfig* b) {
-  if (!node.IsMap()) return Status::InvalidArgument("server config key 'batching': must be a map");
-  for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
-    const std::string full = "batching." + key;
-    const YAML::Node& v = kv.second;
-    if (key == "max_queue_delay_us") {
-      RETURN_IF_ERROR(Read(v, full, &b->max_queue_delay_us));
-    } else if (key == "dispatch_when_idle") {
-      RETURN_IF_ERROR(Read(v, full, &b->dispatch_when_idle));
-    } else if (key == "max_batch_requests") {
-      RETURN_IF_ERROR(Read(v, full, &b->max_batch_requests));
-    } else if (key == "max_batch_candidates") {
-      RETURN_IF_ERROR(Read(v, full, &b->max_batch_candidates));
-    } else if (key == "max_batch_history_tokens") {
-      RETURN_IF_ERROR(Read(v, full, &b->max_batch_history_tokens));
-    } else if (key == "max_batch_attention_cost") {
-      RETURN_IF_ERROR(Read(v, full, &b->max_batch_attention_cost));
-    } else if (key == "max_queue_requests") {
-      RETURN_IF_ERROR(Read(v, full, &b->max_queue_requests));
+// A whole number in [lo, hi]; `cuda_default` (YAML text) replaces the
+// struct's default on a CUDA device.
+template <typename Field>
+Knob Int(const char* key, Field field, int64_t lo, int64_t hi, const char* help, const char* cuda_default = "") {
+  Knob k;
+  k.key = key;
+  k.help = help;
+  k.cuda_default = cuda_default;
+  k.check = [field, lo, hi](const std::string& label, const ServerConfig& c) {
+    return CheckRange(label, field(c), lo, hi);
+  };
+  k.set = [field, lo, hi](const std::string& label, const std::string& text, ServerConfig* c) {
+    char* end = nullptr;
+    errno = 0;
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0) return Problem(label, text, "must be a whole number");
+    RETURN_IF_ERROR(CheckRange(label, value, lo, hi));
+    field(*c) = static_cast<std::remove_reference_t<decltype(field(*c))>>(value);
+    return Status::Ok();
+  };
+  k.get = [field](const ServerConfig& c) { return std::to_string(field(c)); };
+  return k;
+}
+
+template <typename Field>
+Knob Bool(const char* key, Field field, const char* help) {
+  Knob k;
+  k.key = key;
+  k.help = help;
+  k.is_bool = true;
+  k.check = [](const std::string&, const ServerConfig&) { return Status::Ok(); };
+  k.set = [field](const std::string& label, const std::string& text, ServerConfig* c) {
+    if (text == "true") {
+      field(*c) = true;
+    } else if (text == "false") {
+      field(*c) = false;
     } else {
-      return Status::InvalidArgument("server config: unknown key '" + full + "'");
+      return Problem(label, text, "must be true or false");
     }
+    return Status::Ok();
+  };
+  k.get = [field](const ServerConfig& c) { return std::string(field(c) ? "true" : "false"); };
+  return k;
+}
+
+template <typename Field>
+Knob Text(const char* key, Field field, TextCheck check, const char* help) {
+  Knob k;
+  k.key = key;
+  k.help = help;
+  k.check = [field, check](const std::string& label, const ServerConfig& c) { return check(label, field(c)); };
+  k.set = [field, check](const std::string& label, const std::string& text, ServerConfig* c) {
+    RETURN_IF_ERROR(check(label, text));
+    field(*c) = text;
+    return Status::Ok();
+  };
+  k.get = [field](const ServerConfig& c) { return field(c); };
+  return k;
+}
+
+TextCheck OneOf(std::vector<std::string> allowed) {
+  return [allowed](const std::string& label, const std::string& value) {
+    std::string list;
+    for (const std::string& a : allowed) {
+      if (a == value) return Status::Ok();
+      list += (list.empty() ? "" : ", ") + a;
+    }
+    return Problem(label, value, "must be one of " + list);
+  };
+}
+
+Status AnyText(const std::string&, const std::string&) { return Status::Ok(); }
+
+Status DeviceName(const std::string& label, const std::string& value) {
+  if (value == "auto" || value == "cpu" || value == "cuda") return Status::Ok();
+  if (value.rfind("cuda:", 0) == 0 && value.size() > 5 && value.size() <= 8 &&
+      value.find_first_not_of("0123456789", 5) == std::string::npos) {
+    return Status::Ok();
+  }
+  return Problem(label, value, "must be auto, cpu, cuda or cuda:N");
+}
+
+// gRPC listens on host:port or unix:/path.
+Status GrpcAddress(const std::string& label, const std::string& value) {
+  SocketAddress address;
+  return ParseSocketAddress(label, value, &address);
+}
+
+// The metrics exposer listens on host:port only; empty = no endpoint.
+Status MetricsAddress(const std::string& label, const std::string& value) {
+  if (value.empty()) return Status::Ok();
+  SocketAddress address;
+  RETURN_IF_ERROR(ParseSocketAddress(label, value, &address));
+  if (address.is_unix) return Problem(label, value, "must be host:port (the metrics endpoint takes no unix socket)");
+  return Status::Ok();
+}
+
+Status ChannelArgs(const std::string& label, const std::string& value) {
+  std::vector<GrpcChannelArg> args;
+  return ParseGrpcChannelArgs(value, ServerReservedGrpcChannelArgs(), label, &args);
+}
+
+constexpr int64_t kMaxInt = INT32_MAX;
+constexpr int64_t kHourMs = 3600LL * 1000;
+constexpr int64_t kHourUs = 3600LL * 1000 * 1000;
+
+// The knobs. The CUDA column is bench/serving_h200.sh's tuned batching for
+// the H200 (the same budgets for every attention strategy): batches of up to
+// 512 requests, which one forward pass on the GPU takes in well under the
+// 1 ms queue delay; the attention budget (2^30) does not bind at history
+// length 1024 and keeps a padded batch at 4096 to 64 requests.
+const std::vector<Knob>& Knobs() {
+  using S = ServerConfig;
+  using B = BatchingConfig;
+  static const std::vector<Knob> kKnobs = {
+      Text("grpc_address", Member(&S::grpc_address), GrpcAddress,
+           "gRPC listener: host:port (port 0 = any free port) or unix:/path"),
+      Text("metrics_address", Member(&S::metrics_address), MetricsAddress,
+           "Prometheus /metrics and the status page, host:port; '' = off"),
+      Text("device", Member(&S::device), DeviceName,
+           "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N"),
+      Text("precision", Member(&S::precision), OneOf({"auto", "fp32", "bf16"}),
+           "CUDA numerics: bf16 (bf16 tables and attention, TF32 GEMMs) | fp32 (float32 throughout) | "
+           "auto (bf16); checked but ignored on the CPU"),
+      Text("model_config", Member(&S::model_config), AnyText,
+           "model YAML; '' = the embedded config/model.yaml"),
+      Text("model_weights", Member(&S::model_weights), AnyText,
+           "safetensors weights; '' = deterministic random weights from the model config's seed"),
+      Text("attention", Member(&S::attention), OneOf({"jagged", "padded_flash", "padded_dense"}),
+           "attention strategy: jagged | padded_flash | padded_dense"),
+      Int("cpu_threads", Member(&S::cpu_threads), 0, 4096,
+          "CPU backend threads (every kernel, GEMMs included); 0 = all cores"),
+      Int("grpc_max_concurrent_streams", Member(&S::grpc_max_concurrent_streams), 0, 1 << 20,
+          "calls open at once per client connection (more wait in the client); 0 = no limit"),
+      Text("grpc_channel_args", Member(&S::grpc_channel_args), ChannelArgs,
+           "further gRPC server channel arguments, grpc.name=value[,...] (whole numbers go as integers); '' = none"),
+      Int("max_candidates_per_request", Member(&S::max_candidates_per_request), 1, kMaxInt,
+          "more candidates in a request -> INVALID_ARGUMENT"),
+      Int("max_request_bytes", Member(&S::max_request_bytes), 1, kMaxInt,
+          "larger serialized RankRequest -> INVALID_ARGUMENT"),
+      Int("grpc_max_receive_message_bytes", Member(&S::grpc_max_receive_message_bytes), 1, kMaxInt,
+          "gRPC's receive cap, >= max_request_bytes (gRPC answers RESOURCE_EXHAUSTED above it)"),
+      Int("drain_timeout_ms", Member(&S::drain_timeout_ms), 1, kHourMs,
+          "on SIGTERM, accepted requests get this long to finish; then what is left is cancelled"),
+      Int("drain_linger_ms", Member(&S::drain_linger_ms), 0, kHourMs,
+          "after the drain, keep answering UNAVAILABLE this long before closing the listener"),
+      Text("log_level", Member(&S::log_level), OneOf({"trace", "debug", "info", "warn", "error"}),
+           "trace | debug | info | warn | error"),
+      Int("batching.max_queue_delay_us", Member(&B::max_queue_delay_us), 0, kHourUs,
+          "the oldest queued request waits at most this long for its batch", "1000"),
+      Bool("batching.dispatch_when_idle", Member(&B::dispatch_when_idle),
+           "also close a batch at once when the executor has none waiting to run"),
+      Int("batching.max_batch_requests", Member(&B::max_batch_requests), 1, kMaxInt,
+          "budget: requests per batch", "512"),
+      Int("batching.max_batch_candidates", Member(&B::max_batch_candidates), 1, INT64_MAX,
+          "budget: candidate rows per batch", "65536"),
+      Int("batching.max_batch_history_tokens", Member(&B::max_batch_history_tokens), 1, INT64_MAX,
+          "budget: kept history ids per batch", "1048576"),
+      Int("batching.max_batch_attention_cost", Member(&B::max_batch_attention_cost), 1, INT64_MAX,
+          "budget: attention work per batch (jagged: sum of L^2; padded: requests x (max L)^2)", "1073741824"),
+      Int("batching.max_queue_requests", Member(&B::max_queue_requests), 1, kMaxInt,
+          "queued requests; more -> RESOURCE_EXHAUSTED at once", "8192"),
+  };
+  return kKnobs;
+}
+
+const Knob* FindKnob(const std::string& key) {
+  for (const Knob& k : Knobs()) {
+    if (k.key == key) return &k;
+  }
+  return nullptr;
+}
+
+std::string FlagName(const std::string& key) {
+  std::string flag = key.substr(key.rfind('.') + 1);
+  for (char& ch : flag) {
+    if (ch == '_') ch = '-';
+  }
+  return flag;
+}
+
+// Sets `knob` from `text`. `auto` on a key with a CUDA default goes back to
+// "not given": ResolveServerConfig then applies the device's default.
+Status SetKnob(const Knob& knob, const std::string& label, const std::string& text, ServerConfig* config,
+               GivenKeys* given) {
+  if (!knob.cuda_default.empty() && text == "auto") {
+    RETURN_IF_ERROR(knob.set(label, knob.get(ServerConfig()), config));
+    given->erase(knob.key);
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(knob.set(label, text, config));
+  given->insert(knob.key);
+  return Status::Ok();
+}
+
+// Walks a YAML map; nested maps are the sections of keys "section.name".
+Status ParseMap(const YAML::Node& map, const std::string& prefix, ServerConfig* config, GivenKeys* given,
+                std::set<std::string>* seen) {
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) {
+      return Status::InvalidArgument("server config: a key under '" + prefix + "' is not a name");
+    }
+    const std::string key = prefix + kv.first.Scalar();
+    if (!seen->insert(key).second) {
+      return Status::InvalidArgument("server config: key '" + key + "' appears twice");
+    }
+    const YAML::Node& value = kv.second;
+    bool is_section = false;
+    for (const Knob& k : Knobs()) is_section |= k.key.rfind(key + ".", 0) == 0;
+    if (is_section) {
+      if (value.IsNull()) continue;  // `batching:` with nothing under it
+      if (!value.IsMap()) return Status::InvalidArgument(KeyLabel(key) + ": must be a map of keys");
+      RETURN_IF_ERROR(ParseMap(value, key + ".", config, given, seen));
+      continue;
+    }
+    const Knob* knob = FindKnob(key);
+    if (knob == nullptr) return Status::InvalidArgument("server config: unknown key '" + key + "'");
+    if (!value.IsScalar() && !value.IsNull()) {
+      return Status::InvalidArgument(KeyLabel(key) + ": must be a single value");
+    }
+    // `key:` with nothing, or `~`: the empty value.
+    const std::string text = value.IsNull() ? "" : value.Scalar();
+    RETURN_IF_ERROR(SetKnob(*knob, KeyLabel(key), text, config, given));
   }
   return Status::Ok();
 }
 
-Status Positive(int64_t value, const char* name) {
-  if (value <= 0) {
-    return Status::InvalidArgument(std::string("server config ") + name + " = " + std::to_string(value) +
-                                   ": must be > 0");
-  }
-  return Status::Ok();
-}
+std::string ShownValue(const std::string& text) { return text.empty() ? "''" : text; }
 
-}  // namespace
-
-Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out) {
+// ParseServerConfig without the checks between keys (flags may still change
+// the keys involved).
+Status ParseServerYaml(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(std::string("server config: YAML error: ") + e.what());
   }
-  ServerConfig c;
-  if (root.IsNull()) {
-    *out = c;
-    return Status::Ok();
+  ServerConfig config;
+  GivenKeys keys;
+  if (!root.IsNull()) {
+    if (!root.IsMap()) return Status::InvalidArgument("server config: top level must be a map");
+    std::set<std::string> seen;
+    RETURN_IF_ERROR(ParseMap(root, "", &config, &keys, &seen));
   }
-  if (!root.IsMap()) return Status::InvalidArgument("server config: top level must be a map");
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    const YAML::Node& v = kv.second;
-    if (key == "grpc_address") {
-      RETURN_IF_ERROR(Read(v, key, &c.grpc_address));
-    } else if (key == "metrics_address") {
-      RETURN_IF_ERROR(Read(v, key, &c.metrics_address));
-    } else if (key == "device") {
-      RETURN_IF_ERROR(Read(v, key, &c.device));
-    } else if (key == "model_config") {
-      RETURN_IF_ERROR(Read(v, key, &c.model_config));
-    } else if (key == "model_weights") {
-      RETURN_IF_ERROR(Read(v, key, &c.model_weights));
-    } else if (key == "attention") {
-      RETURN_IF_ERROR(Read(v, key, &c.attention));
-    } else if (key == "cpu_threads") {
-      RETURN_IF_ERROR(Read(v, key, &c.cpu_threads));
-    } else if (key == "cuda_sync") {
-      RETURN_IF_ERROR(Read(v, key, &c.cuda_sync));
-    } else if (key == "grpc_completion_queues") {
-      RETURN_IF_ERROR(Read(v, key, &c.grpc_completion_queues));
-    } else if (key == "grpc_max_concurrent_streams") {
-      RETURN_IF_ERROR(Read(v, key, &c.grpc_max_concurrent_streams));
-    } else if (key == "grpc_channel_args") {
-      RETURN_IF_ERROR(Read(v, key, &c.grpc_channel_args));
-    } else if (key == "max_candidates_per_request") {
-      RETURN_IF_ERROR(Read(v, key, &c.max_candidates_per_request));
-    } else if (key == "max_request_bytes") {
-      RETURN_IF_ERROR(Read(v, key, &c.max_request_bytes));
-    } else if (key == "grpc_max_receive_message_bytes") {
-      RETURN_IF_ERROR(Read(v, key, &c.grpc_max_receive_message_bytes));
-    } else if (key == "keepalive_time_ms") {
-      RETURN_IF_ERROR(Read(v, key, &c.keepalive_time_ms));
-    } else if (key == "keepalive_timeout_ms") {
-      RETURN_IF_ERROR(Read(v, key, &c.keepalive_timeout_ms));
-    } else if (key == "keepalive_min_client_ping_interval_ms") {
-      RETURN_IF_ERROR(Read(v, key, &c.keepalive_min_client_ping_interval_ms));
-    } else if (key == "warmup_batches") {
-      RETURN_IF_ERROR(Read(v, key, &c.warmup_batches));
-    } else if (key == "drain_timeout_ms") {
-      RETURN_IF_ERROR(Read(v, key, &c.drain_timeout_ms));
-    } else if (key == "drain_linger_ms") {
-      RETURN_IF_ERROR(Read(v, key, &c.drain_linger_ms));
-    } else if (key == "log_level") {
-      RETURN_IF_ERROR(Read(v, key, &c.log_level));
-    } else if (key == "batching") {
-      RETURN_IF_ERROR(ParseBatching(v, &c.batching));
-    } else {
-      return Status::InvalidArgument("server config: unknown key '" + key + "'");
-    }
-  }
-  RETURN_IF_ERROR(ValidateServerConfig(c));
-  *out = c;
+  *out = config;
+  *given = keys;
   return Status::Ok();
 }
 
-Status LoadServerConfig(const std::string& path, ServerConfig* out) {
+Status LoadServerYaml(const std::string& path, ServerConfig* out, GivenKeys* given) {
   std::ifstream in(path);
   if (!in) return Status::NotFound("server config file '" + path + "' cannot be opened");
   std::stringstream text;
   text << in.rdbuf();
-  Status s = ParseServerConfig(text.str(), out);
+  Status s = ParseServerYaml(text.str(), out, given);
   if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  return Status::Ok();
+}
+
+
+}  // namespace
+
+const std::vector<ServerConfigKey>& ServerConfigKeys() {
+  static const std::vector<ServerConfigKey> kKeys = [] {
+    std::vector<ServerConfigKey> keys;
+    const ServerConfig defaults;
+    for (const Knob& k : Knobs()) {
+      keys.push_back({k.key, FlagName(k.key), k.help, k.get(defaults), k.cuda_default, k.is_bool});
+    }
+    return keys;
+  }();
+  return kKeys;
+}
+
+Status ParseServerConfig(const std::string& yaml_text, ServerConfig* out, GivenKeys* given) {
+  ServerConfig config;
+  GivenKeys keys;
+  RETURN_IF_ERROR(ParseServerYaml(yaml_text, &config, &keys));
+  RETURN_IF_ERROR(ValidateServerConfig(config));
+  *out = config;
+  if (given != nullptr) *given = keys;
+  return Status::Ok();
+}
+
+Status LoadServerConfig(const std::string& path, ServerConfig* out, GivenKeys* given) {
+  ServerConfig config;
+  GivenKeys keys;
+  RETURN_IF_ERROR(LoadServerYaml(path, &config, &keys));
+  Status s = ValidateServerConfig(config);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  *out = config;
+  if (given != nullptr) *given = keys;
+  return Status::Ok();
+}
+
+Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* out) {
+  *out = ServerCommandLine();
+  FlagParser flags(
+      "jagrank-server: the jagrank gRPC ranking server. Flags override the keys of --config (whose default is "
+      "the embedded config/server.yaml); a flag's config key is its name with '_' for '-'. Budgets marked "
+      "'auto' take the CPU default or, on a CUDA device, the CUDA one.");
+  std::string config_path;
+  flags.Add("config", &config_path, "server YAML (default: the embedded config/server.yaml)");
+  flags.Add("check-config", &out->check_config,
+            "check the config, the flags and the model config file, resolve the device and the defaults, print "
+            "the summary and exit (0 = fine) without loading the model or listening");
+  const std::vector<Knob>& knobs = Knobs();
+  std::vector<std::string> texts(knobs.size());
+  std::unique_ptr<bool[]> bools(new bool[knobs.size()]());
+  const ServerConfig defaults;
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    const Knob& k = knobs[i];
+    if (k.is_bool) {
+      bool* target = &bools[i];
+      *target = k.get(defaults) == "true";
+      flags.Add(FlagName(k.key), target, k.help);
+    } else {
+      texts[i] = k.cuda_default.empty()
+                     ? k.get(defaults)
+                     : "auto = " + k.get(defaults) + " on the CPU, " + k.cuda_default + " on CUDA";
+      flags.Add(FlagName(k.key), &texts[i], k.help);
+    }
+  }
+  RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.help_requested()) {
+    out->help = true;
+    out->usage = flags.Usage();
+    return Status::Ok();
+  }
+  if (flags.IsSet("config")) {
+    RETURN_IF_ERROR(LoadServerYaml(config_path, &out->config, &out->given_keys));
+  } else {
+    Status s = ParseServerYaml(EmbeddedServerYaml(), &out->config, &out->given_keys);
+    if (!s.ok()) return Status(s.code(), "embedded config/server.yaml: " + s.message());
+  }
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    const Knob& k = knobs[i];
+    const std::string flag = FlagName(k.key);
+    if (!flags.IsSet(flag)) continue;
+    const std::string text = k.is_bool ? (bools[i] ? "true" : "false") : texts[i];
+    RETURN_IF_ERROR(SetKnob(k, "flag --" + flag + " (server config key " + k.key + ")", text, &out->config,
+                            &out->given_keys));
+  }
+  return ValidateServerConfig(out->config);
+}
+
+Status ResolveServerConfig(const GivenKeys& given, const std::function<bool()>& cuda_available,
+                           ServerConfig* config) {
+  const bool explicit_cuda = config->device.rfind("cuda", 0) == 0;
+  if (config->device == "auto") {
+    config->device = cuda_available() ? "cuda:0" : "cpu";
+  } else if (explicit_cuda && !cuda_available()) {
+    return Problem(KeyLabel("device"), config->device,
+                   "no usable CUDA device (this build has no CUDA, or no GPU is visible); use auto or cpu");
+  }
+  const bool cuda = config->device != "cpu";
+  const ServerConfig defaults;
+  for (const Knob& k : Knobs()) {
+    if (k.cuda_default.empty() || given.count(k.key)) continue;
+    RETURN_IF_ERROR(k.set(KeyLabel(k.key), cuda ? k.cuda_default : k.get(defaults), config));
+  }
+  if (cuda && config->precision == "auto") config->precision = "bf16";
+  return ValidateServerConfig(*config);
+}
+
+Status CheckServerConfigFiles(const ServerConfig& config) {
+  ModelConfig model;
+  if (config.model_config.empty()) {
+    Status s = DefaultModelConfig(&model);
+    if (!s.ok()) return Status(s.code(), "embedded config/model.yaml: " + s.message());
+  } else {
+    Status s = LoadModelConfig(config.model_config, &model);
+    if (!s.ok()) return Status(s.code(), KeyLabel("model_config") + " = '" + config.model_config + "': " + s.message());
+  }
+  if (!config.model_weights.empty() && !std::ifstream(config.model_weights)) {
+    return Status::NotFound(KeyLabel("model_weights") + " = '" + config.model_weights + "': cannot be opened");
+  }
   return Status::Ok();
 }
 
@@ -142,10 +450,6 @@ const std::vector<ReservedGrpcChannelArg>& ServerReservedGrpcChannelArgs() {
   static const std::vector<ReservedGrpcChannelArg> kReserved = {
       {GRPC_ARG_MAX_CONCURRENT_STREAMS, "set it with grpc_max_concurrent_streams"},
       {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, "set it with grpc_max_receive_message_bytes"},
-      {GRPC_ARG_KEEPALIVE_TIME_MS, "set it with keepalive_time_ms"},
-      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, "set it with keepalive_timeout_ms"},
-      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, "jagrank-server always permits client pings without calls"},
-      {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, "set it with keepalive_min_client_ping_interval_ms"},
       {GRPC_ARG_ALLOW_REUSEPORT, "jagrank-server never shares its port with a second server"},
       // Measured on gRPC 1.51 (server_grpc_test): with it a request above the
       // cap reaches jagrank's parser whole instead of being refused by gRPC.
@@ -154,76 +458,34 @@ const std::vector<ReservedGrpcChannelArg>& ServerReservedGrpcChannelArgs() {
   return kReserved;
 }
 
+const std::vector<GrpcDefaultChannelArg>& ServerDefaultGrpcChannelArgs() {
+  static const std::vector<GrpcDefaultChannelArg> kDefaults = {
+      {GRPC_ARG_KEEPALIVE_TIME_MS, 30000},
+      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000},
+      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+      {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000},
+  };
+  return kDefaults;
+}
+
 Status ValidateServerConfig(const ServerConfig& c) {
-  if (c.grpc_address.empty()) return Status::InvalidArgument("server config grpc_address: must not be empty");
-  static const std::set<std::string> kAttention = {"jagged", "padded_flash", "padded_dense"};
-  if (!kAttention.count(c.attention)) {
-    return Status::InvalidArgument("server config attention = '" + c.attention +
-                                   "': must be jagged, padded_flash or padded_dense");
+  for (const Knob& k : Knobs()) RETURN_IF_ERROR(k.check(KeyLabel(k.key), c));
+  if (c.grpc_max_receive_message_bytes < c.max_request_bytes) {
+    return Problem(KeyLabel("grpc_max_receive_message_bytes"), std::to_string(c.grpc_max_receive_message_bytes),
+                   "must be >= max_request_bytes (" + std::to_string(c.max_request_bytes) + ")");
   }
-  if (c.device != "auto" && c.device != "cpu" && c.device.rfind("cuda", 0) != 0) {
-    return Status::InvalidArgument("server config device = '" + c.device + "': must be auto, cpu, cuda or cuda:N");
-  }
-  if (c.cpu_threads < 0) return Status::InvalidArgument("server config cpu_threads: must be >= 0");
-  if (c.cuda_sync != "spin" && c.cuda_sync != "block") {
-    return Status::InvalidArgument("server config cuda_sync = '" + c.cuda_sync + "': must be spin or block");
-  }
-  if (c.grpc_completion_queues < 0 || c.grpc_completion_queues > kMaxGrpcCompletionQueues) {
-    return Status::InvalidArgument("server config grpc_completion_queues = " +
-                                   std::to_string(c.grpc_completion_queues) + ": must be in [0, " +
-                                   std::to_string(kMaxGrpcCompletionQueues) + "] (0 = automatic)");
-  }
-  if (c.grpc_max_concurrent_streams < 0 || c.grpc_max_concurrent_streams > kMaxGrpcConcurrentStreams) {
-    return Status::InvalidArgument("server config grpc_max_concurrent_streams = " +
-                                   std::to_string(c.grpc_max_concurrent_streams) + ": must be in [0, " +
-                                   std::to_string(kMaxGrpcConcurrentStreams) + "] (0 = gRPC's default, no limit)");
-  }
-  std::vector<GrpcChannelArg> channel_args;
-  RETURN_IF_ERROR(ParseGrpcChannelArgs(c.grpc_channel_args, ServerReservedGrpcChannelArgs(),
-                                       "server config grpc_channel_args", &channel_args));
-  RETURN_IF_ERROR(Positive(c.max_candidates_per_request, "max_candidates_per_request"));
-  RETURN_IF_ERROR(Positive(c.max_request_bytes, "max_request_bytes"));
-  if (c.grpc_max_receive_message_bytes < c.max_request_bytes || c.grpc_max_receive_message_bytes > INT32_MAX) {
-    return Status::InvalidArgument("server config grpc_max_receive_message_bytes = " +
-                                   std::to_string(c.grpc_max_receive_message_bytes) +
-                                   ": must be in [max_request_bytes, 2^31-1]");
-  }
-  RETURN_IF_ERROR(Positive(c.keepalive_time_ms, "keepalive_time_ms"));
-  RETURN_IF_ERROR(Positive(c.keepalive_timeout_ms, "keepalive_timeout_ms"));
-  RETURN_IF_ERROR(Positive(c.keepalive_min_client_ping_interval_ms, "keepalive_min_client_ping_interval_ms"));
-  if (c.warmup_batches < 0) return Status::InvalidArgument("server config warmup_batches: must be >= 0");
-  RETURN_IF_ERROR(Positive(c.drain_timeout_ms, "drain_timeout_ms"));
-  if (c.drain_linger_ms < 0) return Status::InvalidArgument("server config drain_linger_ms: must be >= 0");
-  const BatchingConfig& b = c.batching;
-  if (b.max_queue_delay_us < 0) {
-    return Status::InvalidArgument("server config batching.max_queue_delay_us: must be >= 0");
-  }
-  RETURN_IF_ERROR(Positive(b.max_batch_requests, "batching.max_batch_requests"));
-  RETURN_IF_ERROR(Positive(b.max_batch_candidates, "batching.max_batch_candidates"));
-  RETURN_IF_ERROR(Positive(b.max_batch_history_tokens, "batching.max_batch_history_tokens"));
-  RETURN_IF_ERROR(Positive(b.max_batch_attention_cost, "batching.max_batch_attention_cost"));
-  RETURN_IF_ERROR(Positive(b.max_queue_requests, "batching.max_queue_requests"));
   return Status::Ok();
 }
 
-std::string ServerConfigSummary(const ServerConfig& c) {
+std::string ServerConfigSummary(const ServerConfig& c, const GivenKeys& given) {
   std::ostringstream s;
-  s << "grpc=" << c.grpc_address << " metrics=" << (c.metrics_address.empty() ? "off" : c.metrics_address)
-    << " device=" << c.device << " attention=" << c.attention << " cuda_sync=" << c.cuda_sync
-    << " model_config=" << (c.model_config.empty() ? "<embedded>" : c.model_config)
-    << " weights=" << (c.model_weights.empty() ? "<random from seed>" : c.model_weights)
-    << " max_queue_delay_us=" << c.batching.max_queue_delay_us
-    << " dispatch_when_idle=" << (c.batching.dispatch_when_idle ? "true" : "false")
-    << " max_batch_requests=" << c.batching.max_batch_requests
-    << " max_batch_candidates=" << c.batching.max_batch_candidates
-    << " max_batch_history_tokens=" << c.batching.max_batch_history_tokens
-    << " max_batch_attention_cost=" << c.batching.max_batch_attention_cost
-    << " max_queue_requests=" << c.batching.max_queue_requests
-    << " grpc_completion_queues=" << c.grpc_completion_queues
-    << " grpc_max_concurrent_streams=" << c.grpc_max_concurrent_streams
-    << " grpc_channel_args=" << (c.grpc_channel_args.empty() ? "none" : c.grpc_channel_args)
-    << " max_candidates_per_request=" << c.max_candidates_per_request
-    << " max_request_bytes=" << c.max_request_bytes;
+  std::string defaulted;
+  for (const Knob& k : Knobs()) {
+    s << k.key << "=" << ShownValue(k.get(c)) << " ";
+    if (!k.cuda_default.empty() && !given.count(k.key)) defaulted += (defaulted.empty() ? "" : ",") + k.key;
+  }
+  const char* device_kind = c.device == "auto" ? "unresolved" : c.device == "cpu" ? "cpu" : "cuda";
+  s << "device_defaults=" << (defaulted.empty() ? "none" : device_kind + ("(" + defaulted + ")"));
   return s.str();
 }
 

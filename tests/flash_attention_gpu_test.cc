@@ -1,4 +1,4 @@
-// JaggedAttentionCuda (kernels/flash/) against the plain CPU reference
+// JaggedAttentionCuda (kernels/attention/) against the plain CPU reference
 // JaggedAttentionReferenceCpu on random jagged batches: lengths 0, 1 and long,
 // several heads, strided (fused QKV) layouts, target attention
 // (q_offsets != k_offsets, k = v), the padded-flash layout with
@@ -14,13 +14,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "common/cuda_check.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/flash_tile_size.h"
 #include "kernels/dtype.h"
-#include "kernels/flash/flash_attention.h"
 #include "tests/test_util.h"
 
 namespace jagrank {
@@ -374,66 +375,58 @@ TEST_F(FlashAttentionGpuTest, LongestFirstOrderKeepsEachSequenceInPlace) {
   }
 }
 
-// JAGRANK_FLASH_KERNEL picks the bf16 kernel per call (flash_attention.cu):
-// each choice must match the reference on every head dim, self and target
-// attention, multi-tile sequences and the ordered path. Where a choice
-// cannot run (wgmma off sm_90 or in a build without sm_90a) it falls back to
-// mma.sync and must still be right.
-class ScopedFlashKernel {
- public:
-  explicit ScopedFlashKernel(const char* value) {
-    const char* old = std::getenv(kName);
-    had_old_ = old != nullptr;
-    if (had_old_) old_ = old;
-    setenv(kName, value, 1);
-  }
-  ~ScopedFlashKernel() {
-    if (had_old_) {
-      setenv(kName, old_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-
- private:
-  static constexpr const char* kName = "JAGRANK_FLASH_KERNEL";
-  bool had_old_ = false;
-  std::string old_;
-};
-
-TEST_F(FlashAttentionGpuTest, EveryBf16KernelChoiceMatchesReference) {
+// Every bf16 kernel ChooseFlashKernel (flash_tile_size.h) can pick on this
+// device, each on shapes that select it: short and long self-attention,
+// target attention over long histories with many or few candidates, and
+// D = 32 below the wgmma key bound. The long shapes also take the
+// longest-first order.
+TEST_F(FlashAttentionGpuTest, EveryChosenKernelMatchesReference) {
+  struct Shape {
+    const char* name;
+    int32_t max_queries;
+    int32_t max_keys;  // 0: self-attention
+  };
+  const Shape shapes[] = {
+      {"self, short", 100, 0},                    // <= 128 queries: mma.sync
+      {"self, long", 1100, 0},                    // > 1024 keys, queries > keys / 2
+      {"target, long histories", 300, 2048},      // queries <= keys / 2
+      {"target, few candidates", 100, 1500},      // mma.sync over long keys, on any device
+      {"self, below 768 keys", 700, 0},           // D = 32 stays on mma.sync
+  };
+  const bool wgmma = FlashWgmmaAvailable();
+  std::set<std::string> seen;
   std::mt19937_64 rng(61);
-  for (const char* kernel : {"mma_sync", "mma_sync_v0", "mma_sync_v1", "mma_sync_v2", "mma_sync_v3", "wgmma",
-                             "wgmma_alt", "wgmma_v0", "wgmma_v1", "wgmma_v2", "wgmma_v3", "auto"}) {
-    ScopedFlashKernel scoped(kernel);
-    for (int head_dim : {32, 64, 128}) {
+  for (int head_dim : kFlashSupportedHeadDims) {
+    for (const Shape& shape : shapes) {
       Case c;
       c.head_dim = head_dim;
-      c.num_heads = 2;
-      c.q_lengths = RandomLengths(rng, 7, 400);  // includes 0, 1 and 400 (several key tiles)
-      c.q_lengths[1] = 129;                       // one row past two 64-row tiles
-      c.fused_qkv = true;
-      SCOPED_TRACE(std::string(kernel) + " self D=" + std::to_string(head_dim));
+      c.q_lengths = RandomLengths(rng, 9, shape.max_queries);  // includes 0, 1 and the maximum
+      if (shape.max_keys > 0) {
+        c.k_lengths = RandomLengths(rng, 9, shape.max_keys);
+        c.shared_kv = true;
+        c.o_extra_columns = 0;
+      } else {
+        c.num_heads = 2;
+        c.fused_qkv = true;
+      }
+      const int32_t max_keys = shape.max_keys > 0 ? shape.max_keys : shape.max_queries;
+      const flash::FlashKernel kernel = flash::ChooseFlashKernel(wgmma, head_dim, shape.max_queries, max_keys);
+      const std::string name = std::string(kernel.arch == flash::FlashArch::kSm90 ? "sm90" : "sm80") + " D=" +
+                               std::to_string(head_dim) + (kernel.long_keys ? " long keys" : "");
+      seen.insert(name);
+      SCOPED_TRACE(std::string(shape.name) + ": " + name);
       RunCase(c, rng(), kBf16Tolerance);
     }
-    {
-      Case c;  // target attention with empty histories
-      c.head_dim = 64;
-      c.q_lengths = RandomLengths(rng, 9, 150);
-      for (int32_t& n : c.q_lengths) n = std::max(n, 1);
-      c.k_lengths = RandomLengths(rng, 9, 700);
-      c.shared_kv = true;
-      c.o_extra_columns = 0;
-      SCOPED_TRACE(std::string(kernel) + " target");
-      RunCase(c, rng(), kBf16Tolerance);
-    }
-    {
-      Case c;  // ordered path (work bound >= 3e9), one long sequence
-      c.head_dim = 128;
-      c.q_lengths = RandomLengths(rng, 40, 100);
-      c.q_lengths[7] = 1100;
-      SCOPED_TRACE(std::string(kernel) + " ordered D=128");
-      RunCase(c, rng(), kBf16Tolerance);
+  }
+  for (int head_dim : kFlashSupportedHeadDims) {
+    for (flash::FlashArch arch : {flash::FlashArch::kSm80, flash::FlashArch::kSm90}) {
+      if (arch == flash::FlashArch::kSm90 && !wgmma) continue;
+      for (bool long_keys : {false, true}) {
+        if (long_keys && !flash::FlashHasLongKeysTile(arch, head_dim)) continue;
+        const std::string name = std::string(arch == flash::FlashArch::kSm90 ? "sm90" : "sm80") + " D=" +
+                                 std::to_string(head_dim) + (long_keys ? " long keys" : "");
+        EXPECT_EQ(seen.count(name), 1u) << name << " was never chosen";
+      }
     }
   }
 }

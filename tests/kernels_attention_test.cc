@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

@@ -1,5 +1,5 @@
 // EmbeddingBagCpu, GatherRowsCpu, HistoryGatherCpu against double references
-// written here from DESIGN.md steps 2, 3 and 5.
+// written here from docs/model.md steps 2, 3 and 5.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
-#include "kernels/embedding_bag.h"
-#include "kernels/history_gather.h"
+#include "kernels/embedding/embedding.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

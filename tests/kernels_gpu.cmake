@@ -1,6 +1,6 @@
-# GPU tests of the CUDA launchers (kernels/cuda_ops.h) and the C ABI
-# (kernels/jagrank_c.h) against the CPU kernels. Label gpu; the device tests
-# skip without a CUDA device, the bad-argument tests run everywhere.
+# GPU tests of the CUDA launchers (kernels/<family>/) and the C ABI
+# (kernels/c_api/jagrank_c.h) against the CPU kernels. Label gpu; the device
+# tests skip without a CUDA device, the bad-argument tests run everywhere.
 # Owner: CUDA kernels.
 if(JAGRANK_WITH_CUDA)
   jagrank_add_test(NAME jagrank_kernels_gpu_test

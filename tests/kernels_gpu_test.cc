@@ -1,5 +1,5 @@
-// CUDA launchers of kernels/cuda_ops.h (and the C ABI of kernels/jagrank_c.h)
-// against the CPU functions of kernels/*.h on random jagged batches whose
+// CUDA launchers of kernels/ (and the C ABI of kernels/c_api/jagrank_c.h)
+// against the CPU functions of kernels/<family>/ on random jagged batches whose
 // lengths include 0, 1 and long ones. Every device output is poisoned first
 // (0xFF bytes: NaN in fp32 and bf16) so that an element a kernel forgets to
 // write shows up as a non-finite value. Tests that need a device skip without
@@ -19,16 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "common/cuda_check.h"
+#include "kernels/attention/attention.h"
+#include "kernels/c_api/jagrank_c.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype.h"
-#include "kernels/embedding_bag.h"
-#include "kernels/history_gather.h"
-#include "kernels/interaction.h"
-#include "kernels/jagrank_c.h"
-#include "kernels/linear.h"
-#include "kernels/padded.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/interaction/interaction.h"
+#include "kernels/layout/layout.h"
+#include "kernels/linear/linear.h"
 #include "tests/test_util.h"
 
 namespace jagrank {
@@ -821,6 +820,36 @@ TEST_F(KernelsGpuTest, CAbiEmbeddingBagMatchesCpu) {
   EXPECT_LT(RelativeError(got, expected), 1e-5);
 }
 
+// PyTorch hands out null data pointers for empty tensors. Target attention
+// where every history is empty: z is null, every candidate row is zeros;
+// an embedding bag whose bags are all empty: ids is null, the rows are zeros.
+TEST_F(KernelsGpuTest, CAbiNullPointersOfEmptyTensorsOnDevice) {
+  const int batch = 3, dim = 64;
+  const std::vector<int32_t> candidate_offsets = {0, 2, 2, 5};
+  const std::vector<int32_t> history_offsets = {0, 0, 0, 0};
+  const DeviceArray<int32_t> d_candidates(candidate_offsets), d_history(history_offsets);
+  std::mt19937_64 rng(31);
+  for (DType dtype : kDTypes) {
+    const Operand q(RandomFloats(rng, 5 * dim), dtype);
+    Output o(5 * dim, dtype);
+    const int rc = jagrank_jagged_target_attention(
+        q.device(), d_candidates.data(), 3, nullptr, d_history.data(), 0, batch, dim,
+        dtype == DType::kFloat32 ? JAGRANK_DTYPE_FLOAT32 : JAGRANK_DTYPE_BFLOAT16, 0.125f, o.device(), stream_);
+    ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
+    Sync();
+    for (float x : o.ToHostFloat()) ASSERT_EQ(x, 0.0f) << DTypeName(dtype);
+  }
+
+  const Operand table(std::vector<float>(10 * dim, 1.0f), DType::kFloat32);
+  DeviceArray<float> d_out(batch * dim);
+  d_out.Poison();
+  const int rc = jagrank_embedding_bag(nullptr, d_history.data(), batch, table.device(), JAGRANK_DTYPE_FLOAT32, 10,
+                                       dim, d_out.data(), stream_);
+  ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
+  Sync();
+  for (float x : d_out.ToHost()) ASSERT_EQ(x, 0.0f);
+}
+
 // ------------------------------------------------------------------- timing
 
 // Not a check: prints device times of a few launchers at serving-like sizes.
@@ -1074,6 +1103,47 @@ TEST(KernelsGpuArgumentsTest, CAbiReportsCodeAndMessage) {
   rc = jagrank_jagged_self_attention(dummy, dummy, dummy, dummy, 9, offsets, 1, 1, 32, 1, 1.0f, nullptr);
   EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jagrank_last_error()).find("dtype"), std::string::npos) << jagrank_last_error();
+}
+
+// Where nothing would be read or written (no sequences, no tokens, no
+// candidates, no history), null data pointers are accepted: nothing is
+// launched, so this runs without a device too. Where data would be read,
+// null is still an error naming the argument.
+TEST(KernelsGpuArgumentsTest, CAbiAcceptsNullPointersOfEmptyTensors) {
+  const int32_t offsets[4] = {0, 0, 0, 0};  // device-side in real use; never read on the host
+  alignas(16) static const uint16_t z[64] = {};
+  EXPECT_EQ(jagrank_jagged_self_attention(nullptr, nullptr, nullptr, nullptr, JAGRANK_DTYPE_BFLOAT16, nullptr, 0, 2,
+                                          64, 0, 0.125f, nullptr),
+            JAGRANK_OK)
+      << jagrank_last_error();
+  // Three empty sequences: zero tokens.
+  EXPECT_EQ(jagrank_jagged_self_attention(nullptr, nullptr, nullptr, nullptr, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 2,
+                                          64, 0, 0.125f, nullptr),
+            JAGRANK_OK)
+      << jagrank_last_error();
+  // Zero candidates, over a history or none.
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, z, offsets, 1, 3, 64, JAGRANK_DTYPE_BFLOAT16, 0.125f,
+                                            nullptr, nullptr),
+            JAGRANK_OK)
+      << jagrank_last_error();
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, nullptr, offsets, 0, 3, 64, JAGRANK_DTYPE_FLOAT32,
+                                            0.125f, nullptr, nullptr),
+            JAGRANK_OK)
+      << jagrank_last_error();
+  // No bags.
+  EXPECT_EQ(jagrank_embedding_bag(nullptr, nullptr, 0, z, JAGRANK_DTYPE_BFLOAT16, 64, 1, nullptr, nullptr), JAGRANK_OK)
+      << jagrank_last_error();
+
+  // Tokens may exist (max_len > 0): q must be there.
+  EXPECT_EQ(jagrank_jagged_self_attention(nullptr, z, z, const_cast<uint16_t*>(z), JAGRANK_DTYPE_BFLOAT16, offsets, 3,
+                                          1, 32, 2, 0.125f, nullptr),
+            JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("q is null"), std::string::npos) << jagrank_last_error();
+  // Candidates and a history may exist: z must be there.
+  EXPECT_EQ(jagrank_jagged_target_attention(z, offsets, 2, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16, 0.125f,
+                                            const_cast<uint16_t*>(z), nullptr),
+            JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("k is null"), std::string::npos) << jagrank_last_error();
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// DotInteractionCpu against a double reference of DESIGN.md step 7, and
+// DotInteractionCpu against a double reference of docs/model.md step 7, and
 // DotInteractionSplitCpu against DotInteractionCpu.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/interaction.h"
+#include "kernels/interaction/interaction.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
-#include "kernels/jagged.h"
+#include "kernels/layout/jagged.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/linear.h"
+#include "kernels/linear/linear.h"
 #include "tests/test_util.h"
 
 // OpenBLAS's thread query, declared weak: null when the BLAS is another.

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/padded.h"
+#include "kernels/attention/attention.h"
+#include "kernels/layout/layout.h"
 #include "tests/test_util.h"
 
 namespace jagrank {

@@ -20,6 +20,13 @@ endif()
 jagrank_metrics_test(metrics_prometheus_test metrics_prometheus_test.cc)
 jagrank_metrics_test(metrics_deploy_test metrics_deploy_test.cc)
 target_link_libraries(metrics_deploy_test PRIVATE yaml-cpp)
+# The Kubernetes args are run through the real server (--check-config), with
+# a model repository the exporter writes.
+if(TARGET jagrank-server AND TARGET jagrank-export-model)
+  add_dependencies(metrics_deploy_test jagrank-server jagrank-export-model)
+  set_tests_properties(metrics_deploy_test PROPERTIES ENVIRONMENT
+    "JAGRANK_SERVER=$<TARGET_FILE:jagrank-server>;JAGRANK_EXPORT_MODEL=$<TARGET_FILE:jagrank-export-model>")
+endif()
 
 # End to end against the real binaries, Prometheus and Chromium: only once the
 # server and its health client exist.
@@ -35,4 +42,15 @@ if(TARGET jagrank-server AND TARGET jagrank_health_proto)
     list(APPEND _jagrank_metrics_env "JAGRANK_CLIENT=$<TARGET_FILE:jagrank-client>")
   endif()
   set_tests_properties(metrics_server_test PROPERTIES ENVIRONMENT "${_jagrank_metrics_env}")
+endif()
+
+# The container image: the Dockerfile's CPU variant built on a local Debian 12
+# base with podman and run (tests/deploy_image_test.sh; `make image-test`).
+# Alone on the machine: it compiles the project inside the image build.
+if(TARGET jagrank-server AND TARGET jagrank-client AND TARGET jagrank-export-model)
+  add_test(NAME deploy_image_test
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/deploy_image_test.sh
+                   --bin-dir $<TARGET_FILE_DIR:jagrank-server> --podman-dir ${CMAKE_BINARY_DIR}/podman
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(deploy_image_test PROPERTIES RUN_SERIAL TRUE TIMEOUT 900 LABELS image)
 endif()

@@ -183,7 +183,7 @@ inline std::set<std::string> FamilyNames(const std::vector<Sample>& samples) {
   return names;
 }
 
-// DESIGN.md's metric contract (prefix jagrank_).
+// docs/metrics.md's metric contract (prefix jagrank_).
 inline const std::vector<std::string>& DesignMetricNames() {
   static const std::vector<std::string> names = {
       "jagrank_requests_total",          "jagrank_candidates_total",

@@ -1,6 +1,6 @@
 // PrometheusMetrics fed known events, scraped over HTTP from its own exposer:
 // counts, histogram buckets and gauges must be exactly what was fed, every
-// DESIGN.md name present, and the status page served at "/".
+// docs/metrics.md name present, and the status page served at "/".
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -393,33 +393,6 @@ TEST_F(ServerFixture, EveryDashboardMetricIsExported) {
   EXPECT_GT(queried, 20);
 }
 
-TEST_F(ServerFixture, DockerfileHealthcheckPassesAgainstAServingServer) {
-  const std::string client = Env("JAGRANK_CLIENT");
-  if (client.empty()) GTEST_SKIP() << "JAGRANK_CLIENT not set";
-  // The Dockerfile's HEALTHCHECK command as written (exec form), with the
-  // built client and the test server's address substituted.
-  std::smatch m;
-  const std::string dockerfile = metrics_test::ReadFile("Dockerfile");
-  ASSERT_TRUE(std::regex_search(dockerfile, m, std::regex(R"(HEALTHCHECK[^\n]*\\\n\s*CMD (\[[^\n]*\]))")))
-      << "no exec-form HEALTHCHECK in the Dockerfile";
-  const auto argv = nlohmann::json::parse(m[1].str());
-  ASSERT_EQ(argv.at(0), "jagrank-client");
-  std::string cmd = "'" + client + "'";
-  for (size_t i = 1; i < argv.size(); ++i) {
-    std::string arg = argv[i].get<std::string>();
-    if (arg == "127.0.0.1:8500") arg = "127.0.0.1:" + std::to_string(grpc_port_);
-    cmd += " '" + arg + "'";
-  }
-  ASSERT_NE(cmd.find(std::to_string(grpc_port_)), std::string::npos) << cmd;
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  char buf[256] = {0};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, pipe);
-  const int status = ::pclose(pipe);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << ": " << std::string(buf, n);
-  EXPECT_NE(std::string(buf, n).find("SERVING"), std::string::npos) << std::string(buf, n);
-}
-
 // GET on Prometheus's HTTP API; the parsed JSON (null on failure).
 nlohmann::json PrometheusQuery(int port, const std::string& promql) {
   std::string encoded;
@@ -491,7 +464,7 @@ TEST_F(ServerFixture, RealPrometheusScrapesMatchingCountsAndPositiveRate) {
       std::chrono::seconds(20));
   EXPECT_TRUE(caught_up) << "Prometheus has " << scraped << ", sent " << sent.ok;
   EXPECT_EQ(ScalarResult(PrometheusQuery(prom_port, "sum(jagrank_candidates_total)")), sent.candidates);
-  // DESIGN.md's QPS expression is positive after traffic.
+  // docs/metrics.md's QPS expression is positive after traffic.
   const double qps = ScalarResult(PrometheusQuery(prom_port, "sum(rate(jagrank_requests_total[1m]))"));
   EXPECT_GT(qps, 0);
   // The recording rules of deploy/jagrank-rules.yml evaluate on real data.

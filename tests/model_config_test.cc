@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -121,6 +122,26 @@ TEST(ModelConfigTest, Utf8NamesRoundTrip) {
   c.name = "rang\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x9a\x80";
   ASSERT_TRUE(ParseModelConfig(ModelConfigToYaml(c), &back).ok());
   EXPECT_EQ(back.name, c.name);
+}
+
+// The shipped production-sized model (the benchmarks' main model): it parses
+// and has the shape its header comment and the results page describe.
+TEST(ModelConfigTest, ProductionModelParses) {
+  ModelConfig c;
+  const Status s = LoadModelConfig("config/models/production.yaml", &c);  // tests run in the repository root
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.embedding_dim, 128);
+  EXPECT_EQ(c.attention_heads, 4);
+  EXPECT_EQ(c.sparse_features.size(), 26u);
+  for (const SparseFeatureConfig& f : c.sparse_features) {
+    EXPECT_GE(f.num_rows, 50000) << f.name;
+    EXPECT_LE(f.num_rows, 75000) << f.name;
+  }
+  EXPECT_EQ(c.item_rows, 1000000);
+  EXPECT_EQ(c.max_history_len, 2048);
+  EXPECT_EQ(c.bottom_mlp, (std::vector<int>{512, 256, 128}));
+  EXPECT_EQ(c.top_mlp, (std::vector<int>{1024, 1024, 512, 256, 1}));
+  EXPECT_EQ(c.top_mlp_input_width(), 128 + 29 * 28 / 2);
 }
 
 TEST(ModelConfigTest, MissingFileIsNotFound) {

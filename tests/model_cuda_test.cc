@@ -1,5 +1,5 @@
 // CUDA backend against the CPU backend (float32, itself checked against the
-// DESIGN.md math in model_forward_test): scores within 1e-2 with bf16
+// docs/model.md math in model_forward_test): scores within 1e-2 with bf16
 // tables/attention, 1e-4 in float32 mode, for all three attention strategies.
 // Skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -95,12 +95,11 @@ ModelWeights ScaledWeights(const ModelConfig& c, float scale) {
 }
 
 std::unique_ptr<Model> MakeModel(const ModelConfig& c, const std::string& device, AttentionStrategy s, bool bf16,
-                                 float scale = 1.0f, bool blocking_sync = false) {
+                                 float scale = 1.0f) {
   ModelOptions options;
   options.device = device;
   options.attention = s;
   options.cuda_bf16 = bf16;
-  options.cuda_blocking_sync = blocking_sync;
   std::unique_ptr<Model> model;
   Status status = Model::Create(c, ScaledWeights(c, scale), options, &model);
   EXPECT_TRUE(status.ok()) << status.ToString();
@@ -181,10 +180,9 @@ TEST_F(ModelCudaTest, OtherHeadDimsAndEdgeBatches) {
 // packing, async H2D copy on the copy stream) into the other slot while this
 // thread runs batch i. Every Run must return its own batch's scores (what
 // Forward gives, shapes changing every iteration) and report the copy times.
-// `blocking_sync`: Run and Stage wait on blocking-sync events instead of
-// spinning; a wait that returned before the scores' copy would show here as
-// scores that differ from Forward's.
-void CheckStagedPipeline(bool blocking_sync) {
+// A wait that returned before the scores' copy would show here as scores
+// that differ from Forward's.
+void CheckStagedPipeline() {
   using namespace std::chrono_literals;
   const ModelConfig c = TestConfig(64, 2, 256, 100000);
   std::vector<Batch> batches;
@@ -198,7 +196,7 @@ void CheckStagedPipeline(bool blocking_sync) {
   const int nb = static_cast<int>(batches.size());
   for (AttentionStrategy strategy : kStrategies) {
     const char* name = AttentionStrategyName(strategy);
-    std::unique_ptr<Model> model = MakeModel(c, "cuda:0", strategy, /*bf16=*/true, /*scale=*/2.0f, blocking_sync);
+    std::unique_ptr<Model> model = MakeModel(c, "cuda:0", strategy, /*bf16=*/true, /*scale=*/2.0f);
     ASSERT_NE(model, nullptr);
     std::vector<std::vector<float>> expected(nb);
     for (int b = 0; b < nb; ++b) ASSERT_TRUE(model->Forward(batches[b], &expected[b]).ok()) << name << " " << b;
@@ -278,9 +276,9 @@ void CheckStagedPipeline(bool blocking_sync) {
     // Stage is called as soon as a slot frees, so it overlaps at least the
     // long Runs of the largest batch; one overlap is the bound asserted.
     EXPECT_GT(overlapped, 0) << name << ": no Stage ever ran during a Run";
-    std::printf("%s%s: %d pipelined iterations, %d bit-identical to Forward, max |diff| %.3g, Stage during Run %d, "
+    std::printf("%s: %d pipelined iterations, %d bit-identical to Forward, max |diff| %.3g, Stage during Run %d, "
                 "mean h2d %.1f us, d2h %.1f us\n",
-                name, blocking_sync ? " (blocking sync)" : "", checked, exact, max_diff, overlapped,
+                name, checked, exact, max_diff, overlapped,
                 1e6 * h2d_sum / checked, 1e6 * d2h_sum / checked);
 
     // Forward (slot 0) still agrees afterwards; Run frees its slot; bad slots are named.
@@ -300,9 +298,7 @@ void CheckStagedPipeline(bool blocking_sync) {
   }
 }
 
-TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) { CheckStagedPipeline(false); }
-
-TEST_F(ModelCudaTest, BlockingSyncPipelineMatchesForward) { CheckStagedPipeline(true); }
+TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) { CheckStagedPipeline(); }
 
 TEST_F(ModelCudaTest, MemoryReportAndThroughput) {
   ModelConfig c;

@@ -1,5 +1,5 @@
 // The CPU forward against the model computed with plain loops straight from
-// DESIGN.md ("Model"), written here with no code shared with model/ (only the
+// docs/model.md, written here with no code shared with model/ (only the
 // weights are read through ModelWeights). Also: the three attention
 // strategies agree, Batch assembly truncates histories, Model::Create errors.
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ struct RawRequest {
 };
 
 // ---------------------------------------------------------------------------
-// Reference: DESIGN.md steps 1-8, double accumulation, one request at a time.
+// Reference: docs/model.md steps 1-8, double accumulation, one request at a time.
 class Reference {
  public:
   Reference(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w) {}

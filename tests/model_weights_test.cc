@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -131,6 +133,156 @@ TEST(ModelWeightsTest, RoundTripKeepsEveryValueAndTheVersion) {
   std::remove(path.c_str());
 }
 
+// Writes `weights` as safetensors with every tensor in `dtype` ("F32",
+// "BF16" or "F16"), each value encoded by `encode` (float -> 2 or 4 bytes,
+// little-endian). Tensors in name order, packed.
+std::string WriteTyped(const std::string& tag, const ModelWeights& weights, const std::string& dtype,
+                       const std::function<std::vector<unsigned char>(float)>& encode) {
+  std::string header = "{";
+  std::vector<char> data;
+  for (const auto& kv : weights.tensors()) {
+    const size_t begin = data.size();
+    for (int64_t i = 0; i < kv.second.num_elements(); ++i) {
+      for (unsigned char b : encode(kv.second.data[i])) data.push_back(static_cast<char>(b));
+    }
+    std::string shape;
+    for (int64_t d : kv.second.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += std::string(header.size() > 1 ? "," : "") + "\"" + kv.first + "\":{\"dtype\":\"" + dtype +
+              "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(begin) + "," +
+              std::to_string(data.size()) + "]}";
+  }
+  header += "}";
+  return WriteRaw(tag, header, data);
+}
+
+std::vector<unsigned char> Bytes(uint32_t word, int n) {
+  std::vector<unsigned char> out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<unsigned char>(word >> (8 * i)));
+  return out;
+}
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// binary16 bits of a float that binary16 holds exactly (normal numbers and
+// zero only; the tests pick such values).
+uint16_t ExactHalfBits(float f) {
+  const uint32_t u = FloatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  if ((u & 0x7FFFFFFFu) == 0) return static_cast<uint16_t>(sign);
+  const int exponent = static_cast<int>((u >> 23) & 0xFF) - 127 + 15;
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exponent) << 10) | ((u >> 13) & 0x3FFu));
+}
+
+// TinyConfig's tensors with values that BF16 and F16 both hold exactly:
+// multiples of 1/8 in [-1, 1].
+ModelWeights ExactlyRepresentableWeights() {
+  ModelWeights w;
+  int k = 0;
+  for (const auto& kv : ExpectedWeightShapes(TinyConfig())) {
+    int64_t n = 1;
+    for (int64_t d : kv.second) n *= d;
+    std::vector<float> values(n);
+    for (float& v : values) v = static_cast<float>((k++ % 17) - 8) / 8.0f;
+    w.Add(kv.first, kv.second, std::move(values));
+  }
+  w.ComputeVersion();
+  return w;
+}
+
+TEST(ModelWeightsTest, Bf16AndF16FilesLoadAsTheSameFloat32Values) {
+  const ModelWeights reference = ExactlyRepresentableWeights();
+  const std::string f32 = WriteTyped("f32", reference, "F32", [](float f) { return Bytes(FloatBits(f), 4); });
+  const std::string bf16 =
+      WriteTyped("bf16", reference, "BF16", [](float f) { return Bytes(FloatBits(f) >> 16, 2); });
+  const std::string f16 = WriteTyped("f16", reference, "F16", [](float f) { return Bytes(ExactHalfBits(f), 2); });
+  for (const std::string& path : {f32, bf16, f16}) {
+    ModelWeights loaded;
+    Status s = LoadSafetensors(path, TinyConfig(), &loaded);
+    ASSERT_TRUE(s.ok()) << path << ": " << s.ToString();
+    EXPECT_EQ(loaded.version(), reference.version()) << path;
+    for (const auto& kv : reference.tensors()) {
+      const WeightTensor* t = loaded.Find(kv.first);
+      ASSERT_NE(t, nullptr) << kv.first;
+      EXPECT_EQ(0, std::memcmp(t->data, kv.second.data, kv.second.num_elements() * sizeof(float)))
+          << path << " " << kv.first;
+    }
+    std::remove(path.c_str());
+  }
+}
+
+TEST(ModelWeightsTest, F16ConversionCoversSubnormalsAndExtremes) {
+  // history.attn.q [4, 4] from raw binary16 words; the rest F32 zeros.
+  const std::vector<uint16_t> words = {0x3C00, 0xC000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF,
+                                       0x0000, 0x8000, 0x3555, 0x3E00, 0x1400, 0x5640, 0xB800, 0x2E66};
+  const std::vector<float> expected = {1.0f,       -2.0f,    std::ldexp(1.0f, -24), -std::ldexp(1.0f, -24),
+                                       std::ldexp(1023.0f, -24), std::ldexp(1.0f, -14), 65504.0f, -65504.0f,
+                                       0.0f,       -0.0f,    0.333251953125f,       1.5f,
+                                       0.0009765625f, 100.0f, -0.5f,                0.0999755859375f};
+  std::string header = "{";
+  std::vector<char> data;
+  for (const auto& kv : ExpectedWeightShapes(TinyConfig())) {
+    const size_t begin = data.size();
+    int64_t n = 1;
+    for (int64_t d : kv.second) n *= d;
+    const bool half = kv.first == "history.attn.q";
+    for (int64_t i = 0; i < n; ++i) {
+      for (unsigned char b : half ? Bytes(words[i], 2) : Bytes(0, 4)) data.push_back(static_cast<char>(b));
+    }
+    std::string shape;
+    for (int64_t d : kv.second) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += std::string(header.size() > 1 ? "," : "") + "\"" + kv.first + "\":{\"dtype\":\"" +
+              (half ? "F16" : "F32") + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+  }
+  header += "}";
+  const std::string path = WriteRaw("f16bits", header, data);
+  ModelWeights loaded;
+  Status s = LoadSafetensors(path, TinyConfig(), &loaded);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const WeightTensor* q = loaded.Find("history.attn.q");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(FloatBits(q->data[i]), FloatBits(expected[i])) << "element " << i << ": " << q->data[i];
+  }
+  std::remove(path.c_str());
+}
+
+TEST(ModelWeightsTest, NanOrInfIsRefusedNamingTheTensor) {
+  struct Case {
+    std::string dtype;
+    float value;
+    std::string word;
+    std::function<std::vector<unsigned char>(float)> encode;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<Case> cases = {
+      {"F32", std::nanf(""), "NaN", [](float f) { return Bytes(FloatBits(f), 4); }},
+      {"F32", -inf, "-Inf", [](float f) { return Bytes(FloatBits(f), 4); }},
+      {"BF16", inf, "+Inf", [](float f) { return Bytes(FloatBits(f) >> 16, 2); }},
+      {"BF16", std::nanf(""), "NaN", [](float f) { return Bytes(FloatBits(f) >> 16, 2); }},
+      {"F16", inf, "+Inf",
+       [](float f) { return Bytes(std::isinf(f) ? 0x7C00u : std::isnan(f) ? 0x7E00u : ExactHalfBits(f), 2); }},
+      {"F16", std::nanf(""), "NaN",
+       [](float f) { return Bytes(std::isinf(f) ? 0x7C00u : std::isnan(f) ? 0x7E00u : ExactHalfBits(f), 2); }},
+  };
+  for (const Case& c : cases) {
+    ModelWeights w = ExactlyRepresentableWeights();
+    std::vector<float> values(6 * 4, 0.5f);
+    values[13] = c.value;
+    w.Add("embeddings.item", {6, 4}, values);
+    const std::string path = WriteTyped("nan", w, c.dtype, c.encode);
+    ModelWeights loaded;
+    Status s = LoadSafetensors(path, TinyConfig(), &loaded);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << c.dtype;
+    EXPECT_NE(s.message().find("tensor 'embeddings.item': element 13 is " + c.word), std::string::npos)
+        << c.dtype << ": " << s.message();
+    std::remove(path.c_str());
+  }
+}
+
 TEST(ModelWeightsTest, ConfigMismatchNamesTheTensor) {
   ModelWeights a;
   ASSERT_TRUE(MakeRandomWeights(TinyConfig(), &a).ok());
@@ -197,9 +349,15 @@ TEST(ModelWeightsTest, HostileFilesAreRejectedByName) {
   s = LoadRaw("hugedim", R"({"history.attn.q":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,64]}})",
               64);
   EXPECT_NE(s.message().find("'history.attn.q'"), std::string::npos) << s.message();
-  // Wrong dtype.
-  s = LoadRaw("dtype", R"({"history.attn.q":{"dtype":"F16","shape":[4,4],"data_offsets":[0,32]}})", 64);
-  EXPECT_NE(s.message().find("dtype F16"), std::string::npos) << s.message();
+  // Wrong dtype (F32, BF16 and F16 are the accepted ones).
+  s = LoadRaw("dtype", R"({"history.attn.q":{"dtype":"F64","shape":[4,4],"data_offsets":[0,128]}})", 128);
+  EXPECT_NE(s.message().find("tensor 'history.attn.q': dtype F64 is not supported"), std::string::npos)
+      << s.message();
+  s = LoadRaw("dtype8", R"({"history.attn.q":{"dtype":"I8","shape":[4,4],"data_offsets":[0,16]}})", 64);
+  EXPECT_NE(s.message().find("dtype I8"), std::string::npos) << s.message();
+  // A 2-byte dtype's size is checked against 2 bytes per element.
+  s = LoadRaw("size16", R"({"history.attn.q":{"dtype":"BF16","shape":[4,4],"data_offsets":[0,64]}})", 64);
+  EXPECT_NE(s.message().find("x BF16 needs 32"), std::string::npos) << s.message();
   // Overlapping tensors.
   s = LoadRaw("overlap",
               R"({"history.attn.q":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]},)"

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "model/model.h"
 #include "server/batcher.h"
 
 namespace jagrank {
@@ -132,7 +133,7 @@ TEST(BatcherTest, PaddedAttentionCostCountsTheLongestHistoryForEveryRequest) {
   c.max_batch_candidates = 1000;
   c.max_batch_history_tokens = 100000;
   c.max_batch_attention_cost = 3 * 50 * 50;  // sum of squares would allow 50, 10, 10, 10, 10 ...
-  Batcher padded(c, &metrics, Batcher::AttentionCost::kPadded);
+  Batcher padded(c, &metrics, PaddedAttentionCost);
   for (int len : {50, 10, 10, 10, 10}) {
     auto r = Fake(len, 1, len, &finished);
     ASSERT_TRUE(padded.Enqueue(&r).ok());
@@ -140,7 +141,7 @@ TEST(BatcherTest, PaddedAttentionCostCountsTheLongestHistoryForEveryRequest) {
   std::vector<std::unique_ptr<QueuedRequest>> batch;
   ASSERT_TRUE(padded.NextBatch(&batch));  // 5 * 50^2 > budget: closes at once
   EXPECT_EQ(batch.size(), 3u);            // 3 * 50^2 fits, a fourth does not
-  Batcher jagged(c, &metrics, Batcher::AttentionCost::kSumOfSquares);
+  Batcher jagged(c, &metrics, JaggedAttentionCost);
   for (int len : {50, 10, 10, 10, 10}) {
     auto r = Fake(len, 1, len, &finished);
     ASSERT_TRUE(jagged.Enqueue(&r).ok());

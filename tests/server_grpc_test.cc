@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -41,7 +42,6 @@ class ServerGrpcTest : public ::testing::Test {
     config_.metrics_address = "";
     config_.max_candidates_per_request = 64;
     config_.max_request_bytes = 64 * 1024;
-    config_.warmup_batches = 1;
     config_.drain_linger_ms = 0;
     config_.batching.max_queue_delay_us = 2000;
     if (adjust) adjust(&config_);
@@ -185,11 +185,11 @@ int ThreadsNamed(const std::string& name) {
   return count;
 }
 
-// grpc_completion_queues sets how many queues (and polling threads) serve
-// Rank; calls are answered through them.
-TEST_F(ServerGrpcTest, CompletionQueueCountFollowsTheConfig) {
-  StartServer([](ServerConfig* c) { c->grpc_completion_queues = 3; });
-  EXPECT_EQ(ThreadsNamed("jr-rank-cq"), 3);
+// Rank is served on half the cores' worth of completion queues (one polling
+// thread each), 2 to 8; calls are answered through them.
+TEST_F(ServerGrpcTest, CompletionQueueCountIsHalfTheCores) {
+  StartServer();
+  EXPECT_EQ(ThreadsNamed("jr-rank-cq"), std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8));
   std::vector<v1::RankRequest> requests;
   std::vector<std::unique_ptr<PendingCall>> calls;
   for (int i = 0; i < 6; ++i) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "common/cuda_check.h"
 #include "model/config.h"
 #include "process_util.h"
 #include "server_test_helpers.h"
@@ -46,6 +47,32 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
+
+// A TCP socket listening on a loopback port (closed on destruction): a port
+// another process holds.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd_, 4) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~HeldPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // Waits up to `timeout` for `pid` to exit; fills its wait status.
 bool WaitExit(pid_t pid, std::chrono::milliseconds timeout, int* status) {
@@ -150,7 +177,8 @@ class ServerProcessTest : public ::testing::Test {
 };
 
 // A second server on a port that one already serves must fail to start
-// (exit code != 0, the address in the error) rather than share the port.
+// (exit code 1) rather than share the port, saying "address already in use"
+// with the address, as its last word (no drain of a server that never ran).
 TEST_F(ServerProcessTest, SecondServerOnTheSamePortFailsToStart) {
   StartServer({});
   const std::string log = dir_ + "/second.log";
@@ -167,8 +195,10 @@ TEST_F(ServerProcessTest, SecondServerOnTheSamePortFailsToStart) {
   ASSERT_TRUE(exited) << "second server still running on " << address_ << "; log:\n" << ReadFile(log);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << ReadFile(log);
   const std::string text = ReadFile(log);
-  EXPECT_NE(text.find("cannot listen"), std::string::npos) << text;
-  EXPECT_NE(text.find(address_), std::string::npos) << text;
+  EXPECT_NE(text.find("start failed: UNAVAILABLE: grpc_address '" + address_ + "': address already in use"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("drain"), std::string::npos) << text;
   // The first server is unharmed.
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + 10s);
@@ -200,6 +230,10 @@ TEST_F(ServerProcessTest, MainConfiguresAbseilBeforeStarting) {
     const std::string text = ReadFile(log);
     EXPECT_NE(text.find("missing.yaml"), std::string::npos) << text;
     EXPECT_EQ(text.find("lock-order checker stays on") != std::string::npos, keep) << text;
+    // The failure is the last word: the listener that was up while the model
+    // loaded closes without "draining ... drained" lines.
+    EXPECT_NE(text.find("start failed"), std::string::npos) << text;
+    EXPECT_EQ(text.find("drain"), std::string::npos) << text;
   }
 }
 
@@ -316,7 +350,7 @@ TEST_F(ServerProcessTest, ClientAndLoadgenTalkToTheBinary) {
   EXPECT_GE(p99, p50);
   EXPECT_EQ(result["server"]["model"], "test-small");
   // The loadgen measures its own CPU (it shares the host with the server in
-  // the benchmarks) and parses a sample of the responses (call 0 among them).
+  // the benchmarks) and parses a sample of the responses (the first call among them).
   EXPECT_GT(result["client_cpu_cores"].get<double>(), 0.0) << result.dump();
   EXPECT_LT(result["client_cpu_cores"].get<double>(), 64.0) << result.dump();
   EXPECT_GE(result["responses_checked_every"].get<int64_t>(), 1);
@@ -357,6 +391,10 @@ TEST_F(ServerProcessTest, ChannelArgFlagsAndAUnixSocketAddress) {
 
   StartServer({"--grpc-channel-args", "grpc.http2.bdp_probe=0"}, "unix:" + dir_ + "/jagrank.sock");
   EXPECT_NE(ReadFile(dir_ + "/server.log").find("grpc_channel_args=grpc.http2.bdp_probe=0"), std::string::npos);
+  // A second server on the same socket path is refused (gRPC would unlink
+  // the path and take it over).
+  EXPECT_EQ(RunServerToExit("--metrics-address '' --grpc-address " + address_, &out), 1) << out;
+  EXPECT_NE(out.find("grpc_address '" + address_ + "': address already in use"), std::string::npos) << out;
 
   const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
                            " --concurrency 2 --duration-s 0.5 --warmup-s 0.1 --candidates-min 5 --candidates-max 20"
@@ -459,13 +497,86 @@ TEST_F(ServerProcessTest, LoadgenClosedOpenRefusedAndServerKilled) {
   EXPECT_GT(r["errors"]["UNAVAILABLE"].get<int64_t>(), 0) << r.dump();
 }
 
-TEST_F(ServerProcessTest, CudaSyncFlagIsValidated) {
+// precision is checked on the CPU too (and then ignored); an unknown
+// log_level is refused naming the allowed levels, before anything starts
+// (spdlog would take it as "off" and hide even the start failures).
+TEST_F(ServerProcessTest, PrecisionAndLogLevelAreValidated) {
   std::string out;
-  EXPECT_EQ(RunServerToExit("--cuda-sync yield", &out), 2);
-  EXPECT_NE(out.find("cuda_sync = 'yield': must be spin or block"), std::string::npos) << out;
-  StartServer({"--cuda-sync", "block"});  // a CPU server takes (and ignores) it
-  EXPECT_NE(ReadFile(dir_ + "/server.log").find("cuda_sync=block"), std::string::npos);
+  EXPECT_EQ(RunServerToExit("--precision fp16", &out), 2);
+  EXPECT_NE(out.find("precision (server config key precision) = 'fp16': must be one of auto, fp32, bf16"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(RunServerToExit("--log-level loud", &out), 2);
+  EXPECT_NE(out.find("log_level) = 'loud': must be one of trace, debug, info, warn, error"), std::string::npos)
+      << out;
+  std::ofstream(dir_ + "/server.yaml") << "log_level: quiet\n";
+  EXPECT_EQ(RunServerToExit("--config " + dir_ + "/server.yaml", &out), 2);
+  EXPECT_NE(out.find("server config key 'log_level' = 'quiet'"), std::string::npos) << out;
+  StartServer({"--precision", "fp32"});  // a CPU server takes (and ignores) it
+  EXPECT_NE(ReadFile(dir_ + "/server.log").find(" precision=fp32 "), std::string::npos);
   StopServerExpectCleanExit();
+}
+
+// The metrics port taken: exit 1 with the same plain words.
+TEST_F(ServerProcessTest, TakenMetricsPortSaysAddressInUse) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  std::string out;
+  EXPECT_EQ(RunServerToExit("--metrics-address " + held.address(), &out), 1);
+  EXPECT_NE(out.find("metrics_address '" + held.address() + "': address already in use"), std::string::npos) << out;
+}
+
+// --check-config: 0 with the summary (device resolved, which defaults
+// applied) for a good config, without loading the weights or listening (its
+// port is held by another socket and its weights file is not safetensors);
+// 2 naming the key for each kind of bad config.
+TEST_F(ServerProcessTest, CheckConfigExitsWithoutStarting) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  std::ofstream(dir_ + "/weights.safetensors") << "not safetensors";
+  const std::string base = std::string(JAGRANK_SERVER_BINARY) + " --check-config --model-config " + dir_ +
+                           "/model.yaml --grpc-address " + held.address() + " --metrics-address " + held.address() +
+                           " --model-weights " + dir_ + "/weights.safetensors";
+  std::string out;
+  ASSERT_EQ(RunCommand(base + " --device cpu 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("config OK: grpc_address=" + held.address()), std::string::npos) << out;
+  EXPECT_NE(out.find(" device=cpu "), std::string::npos) << out;
+  EXPECT_NE(out.find("device_defaults=cpu(batching.max_queue_delay_us,"), std::string::npos) << out;
+  EXPECT_NE(out.find(" batching.max_batch_candidates=16384 "), std::string::npos) << out;
+  ASSERT_EQ(RunCommand(base + " --device cpu --max-batch-candidates 999 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find(" batching.max_batch_candidates=999 "), std::string::npos) << out;
+  // auto resolves here as the server would: cuda:0 with the CUDA budgets on
+  // a GPU machine, the CPU otherwise.
+  ASSERT_EQ(RunCommand(base + " 2>&1", &out), 0) << out;
+  if (CudaDeviceAvailable()) {
+    EXPECT_NE(out.find(" device=cuda:0 "), std::string::npos) << out;
+    EXPECT_NE(out.find("device_defaults=cuda("), std::string::npos) << out;
+    EXPECT_NE(out.find(" batching.max_batch_candidates=65536 "), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find(" device=cpu "), std::string::npos) << out;
+    EXPECT_EQ(RunCommand(base + " --device cuda 2>&1", &out), 2) << out;
+    EXPECT_NE(out.find("key 'device' = 'cuda': no usable CUDA device"), std::string::npos) << out;
+  }
+
+  const std::pair<std::string, std::string> bad_files[] = {
+      {"batching:\n  max_batch_requests: 8\n  max_batch_requests: 9\n",
+       "key 'batching.max_batch_requests' appears twice"},
+      {"cuda_sync: spin\n", "unknown key 'cuda_sync'"},
+      {"batching:\n  max_queue_requests: 0\n", "key 'batching.max_queue_requests' = '0': must be in [1, "},
+      {"grpc_address: 8500\n", "key 'grpc_address' '8500': not host:port or unix:/path"},
+  };
+  for (const auto& [yaml, says] : bad_files) {
+    std::ofstream(dir_ + "/bad.yaml") << yaml;
+    EXPECT_EQ(RunCommand(base + " --device cpu --config " + dir_ + "/bad.yaml 2>&1", &out), 2) << yaml;
+    EXPECT_NE(out.find(dir_ + "/bad.yaml: "), std::string::npos) << out;
+    EXPECT_NE(out.find(says), std::string::npos) << out;
+  }
+  std::ofstream(dir_ + "/bad_model.yaml") << "embedding_dim: 63\n";
+  EXPECT_EQ(RunCommand(base + " --device cpu --model-config " + dir_ + "/bad_model.yaml 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("key 'model_config' = '" + dir_ + "/bad_model.yaml'"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(base + " --device cpu --model-weights " + dir_ + "/none.safetensors 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("key 'model_weights' = '" + dir_ + "/none.safetensors': cannot be opened"), std::string::npos)
+      << out;
 }
 
 // The binary's malloc is tcmalloc when the build linked it (JAGRANK_TCMALLOC,

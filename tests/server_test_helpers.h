@@ -144,6 +144,9 @@ class RecordingModel final : public Model {
   const ModelConfig& config() const override { return inner_->config(); }
   std::string device() const override { return inner_->device(); }
   AttentionStrategy attention() const override { return inner_->attention(); }
+  int64_t AttentionCost(int64_t requests, int64_t sum_sq, int64_t longest) const override {
+    return inner_->AttentionCost(requests, sum_sq, longest);
+  }
   std::string version() const override { return inner_->version(); }
   ModelMemory Memory() const override { return inner_->Memory(); }
 

@@ -72,7 +72,7 @@ struct Options {
   // gRPC's minimal channel stack (grpc.minimal_stack): no client-side
   // message-size or census filters; call deadlines still hold. On the H200
   // host, where the loadgen shares the server's cores, it took ~12% less
-  // client CPU at jagged h1024 c1024 (4.4 vs 5.0 cores; session 5, call 3).
+  // client CPU at jagged h1024 c1024 (4.4 vs 5.0 cores).
   bool minimal_stack = true;
   std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
   std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args

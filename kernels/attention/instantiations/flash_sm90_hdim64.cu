@@ -1,0 +1,4 @@
+// One instantiation per file: the 2-core build compiles them in parallel.
+#include "kernels/attention/flash_wgmma_launch.cuh"
+
+template jagrank::Status jagrank::flash::LaunchFlashSm90<64, false>(const jagrank::AttentionParams&, cudaStream_t);

@@ -1,0 +1,83 @@
+// Launchers of the embedding family (declared in embedding.h).
+#include <string>
+
+#include "kernels/embedding/embedding_kernel.cuh"
+#include "common/cuda_check.h"
+#include "kernels/embedding/embedding.h"
+
+namespace jagrank {
+namespace {
+
+Status CheckTable(const void* table, int64_t num_rows, int dim, const char* table_field, const char* rows_field) {
+  if (table == nullptr) return Status::InvalidArgument(std::string(table_field) + ": null");
+  if (num_rows <= 0) {
+    return Status::InvalidArgument(std::string(rows_field) + " = " + std::to_string(num_rows) + ", must be > 0");
+  }
+  if (dim <= 0) return Status::InvalidArgument("dim = " + std::to_string(dim) + ", must be > 0");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status EmbeddingBagCuda(const EmbeddingBagParams& params, cudaStream_t stream) {
+  if (params.batch < 0) return Status::InvalidArgument("batch = " + std::to_string(params.batch) + ", must be >= 0");
+  RETURN_IF_ERROR(CheckTable(params.table, params.num_rows, params.dim, "table", "num_rows"));
+  if (params.batch == 0) return Status::Ok();
+  if (params.offsets == nullptr) return Status::InvalidArgument("offsets: null (needs batch + 1 entries)");
+  if (params.out == nullptr) return Status::InvalidArgument("out: null");
+  // ids may be null only when every bag is empty; the kernel then never reads it.
+  const dim3 block = cuda::RowBlock(params.dim);
+  const dim3 grid((params.batch + block.y - 1) / block.y);
+  return cuda::DispatchDType(params.table_dtype, "table_dtype", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::EmbeddingBagKernel<T><<<grid, block, 0, stream>>>(params);
+    return CudaLaunchStatus("EmbeddingBagKernel");
+  });
+}
+
+Status GatherRowsCuda(const GatherRowsParams& params, cudaStream_t stream) {
+  if (params.count < 0) return Status::InvalidArgument("count = " + std::to_string(params.count) + ", must be >= 0");
+  RETURN_IF_ERROR(CheckTable(params.table, params.num_rows, params.dim, "table", "num_rows"));
+  if (params.count == 0) return Status::Ok();
+  if (params.ids == nullptr) return Status::InvalidArgument("ids: null");
+  if (params.out == nullptr) return Status::InvalidArgument("out: null");
+  const dim3 block = cuda::RowBlock(params.dim);
+  const int64_t blocks = (params.count + block.y - 1) / block.y;
+  if (blocks > 0x7fffffff) {
+    return Status::InvalidArgument("count = " + std::to_string(params.count) + " is above the grid limit");
+  }
+  const dim3 grid(static_cast<unsigned>(blocks));
+  return cuda::DispatchDType(params.table_dtype, "table_dtype", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::GatherRowsKernel<T><<<grid, block, 0, stream>>>(params);
+    return CudaLaunchStatus("GatherRowsKernel");
+  });
+}
+
+Status HistoryGatherCuda(const HistoryGatherParams& params, cudaStream_t stream) {
+  if (params.batch < 0) return Status::InvalidArgument("batch = " + std::to_string(params.batch) + ", must be >= 0");
+  RETURN_IF_ERROR(CheckTable(params.item_table, params.item_rows, params.dim, "item_table", "item_rows"));
+  if (params.position_table == nullptr) return Status::InvalidArgument("position_table: null");
+  if (params.max_len < 1) {
+    return Status::InvalidArgument("max_len = " + std::to_string(params.max_len) + ", must be >= 1");
+  }
+  if (params.batch == 0) return Status::Ok();
+  if (params.offsets == nullptr) return Status::InvalidArgument("offsets: null (needs batch + 1 entries)");
+  // ids and out hold T = offsets[batch] rows, unknown here: both may be null
+  // (an empty tensor) when every history is empty; the kernel then reads and
+  // writes nothing.
+  const dim3 block = cuda::RowBlock(params.dim);
+  const int chunks = static_cast<int>((int64_t{params.max_len} + block.y - 1) / block.y);
+  if (chunks > cuda::kMaxGridYZ) {
+    return Status::InvalidArgument("max_len = " + std::to_string(params.max_len) + " is above the grid limit " +
+                                   std::to_string(int64_t{cuda::kMaxGridYZ} * block.y));
+  }
+  const dim3 grid(params.batch, chunks);
+  return cuda::DispatchDType(params.table_dtype, "table_dtype", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::HistoryGatherKernel<T><<<grid, block, 0, stream>>>(params);
+    return CudaLaunchStatus("HistoryGatherKernel");
+  });
+}
+
+}  // namespace jagrank

@@ -1,9 +1,0 @@
-// One instantiation per file keeps the 2-core build parallel and incremental.
-#include "kernels/flash/flash_launch.cuh"
-
-namespace jagrank {
-namespace flash {
-template Status LaunchFlashBf16<64>(const AttentionParams&, cudaStream_t);
-template Status LaunchFlashBf16Candidate<64>(const AttentionParams&, cudaStream_t, int);
-}  // namespace flash
-}  // namespace jagrank

@@ -1,0 +1,73 @@
+// Launcher of the dot interaction (declared in interaction.h).
+#include <algorithm>
+#include <string>
+
+#include "kernels/interaction/interaction_kernel.cuh"
+#include "common/cuda_check.h"
+#include "kernels/interaction/interaction.h"
+
+namespace jagrank {
+
+Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t stream) {
+  if (params.num_sparse < 0) {
+    return Status::InvalidArgument("num_sparse = " + std::to_string(params.num_sparse) + ", must be >= 0");
+  }
+  if (params.num_requests < 0) {
+    return Status::InvalidArgument("num_requests = " + std::to_string(params.num_requests) + ", must be >= 0");
+  }
+  if (params.num_candidates < 0) {
+    return Status::InvalidArgument("num_candidates = " + std::to_string(params.num_candidates) + ", must be >= 0");
+  }
+  if (params.dim <= 0) return Status::InvalidArgument("dim = " + std::to_string(params.dim) + ", must be > 0");
+  if (params.num_candidates == 0) return Status::Ok();
+  if (params.num_requests == 0) {
+    return Status::InvalidArgument("num_requests = 0 with num_candidates = " +
+                                   std::to_string(params.num_candidates) + ": every candidate needs a request");
+  }
+  if (params.candidate_offsets == nullptr) return Status::InvalidArgument("candidate_offsets: null");
+  if (params.x == nullptr) return Status::InvalidArgument("x: null");
+  if (params.num_sparse > 0 && params.pooled == nullptr) return Status::InvalidArgument("pooled: null");
+  if (params.u == nullptr) return Status::InvalidArgument("u: null");
+  if (params.e == nullptr) return Status::InvalidArgument("e: null");
+  if (params.out == nullptr) return Status::InvalidArgument("out: null");
+
+  const int n = params.num_sparse + 3;
+  if (n <= cuda::InteractionRegisterTraits::kMaxVectors) {
+    // Candidate pairs: 2 (num_sparse + 1) + 1. Up to num_sparse = 6 they fit
+    // in 16 partials and one butterfly takes two candidates; 16 candidates
+    // per warp (timed on the H200 against 2, 4 and 8: kernels/NOTES.md).
+    using Traits = cuda::InteractionRegisterTraits;
+    auto blocks_of = [&](int per_warp) {
+      const int64_t per_block = static_cast<int64_t>(Traits::kWarps) * per_warp;
+      return static_cast<unsigned>((params.num_candidates + per_block - 1) / per_block);
+    };
+    if (2 * (params.num_sparse + 1) + 1 <= 16) {
+      cuda::DotInteractionRegisterKernel<16, 16><<<blocks_of(16), Traits::kThreads, 0, stream>>>(params);
+    } else {
+      cuda::DotInteractionRegisterKernel<32, 8><<<blocks_of(8), Traits::kThreads, 0, stream>>>(params);
+    }
+    return CudaLaunchStatus("DotInteractionRegisterKernel");
+  }
+  const int64_t warp_bytes = cuda::InteractionWarpSmemBytes(n, params.dim);
+  int device = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  int max_smem = 0;
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (warp_bytes > max_smem) {
+    return Status::Unimplemented("dot interaction: (num_sparse + 3) vectors of dim = " + std::to_string(params.dim) +
+                                 " floats (padded) = " + std::to_string(warp_bytes) +
+                                 " bytes of shared memory for one candidate's vectors, above the device's " +
+                                 std::to_string(max_smem));
+  }
+  const int warps = static_cast<int>(std::min<int64_t>(cuda::InteractionTraits::kWarps, max_smem / warp_bytes));
+  const int64_t smem_bytes = warps * warp_bytes;
+  if (smem_bytes > 48 * 1024) {
+    RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(cuda::DotInteractionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem_bytes)));
+  }
+  const int64_t blocks = (static_cast<int64_t>(params.num_candidates) + warps - 1) / warps;
+  cuda::DotInteractionKernel<<<static_cast<unsigned>(blocks), 32 * warps, smem_bytes, stream>>>(params);
+  return CudaLaunchStatus("DotInteractionKernel");
+}
+
+}  // namespace jagrank
