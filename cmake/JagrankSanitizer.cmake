@@ -30,10 +30,7 @@ else()
 endif()
 add_compile_options(${_jagrank_san_flags} -fno-omit-frame-pointer -g)
 add_link_options(${_jagrank_san_flags})
-# target_clones resolves through an ifunc that the dynamic loader runs before
-# the sanitizer runtime is up (a TSan build crashes at load): default
-# versions only.
-add_compile_definitions(JAGRANK_NO_TARGET_CLONES=1)
+# (The kernels drop target_clones in these builds: kernels/cpu_common.h.)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # The runtimes linked into each executable (clang's default). As two shared
   # libraries, GCC's libubsan keeps its own report file and ignores
