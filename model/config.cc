@@ -32,6 +32,40 @@ bool IsValidFeatureName(const std::string& name) {
   return true;
 }
 
+// The offset of the first byte of `text` that is not part of a well-formed
+// UTF-8 sequence (overlong forms, surrogates and code points past U+10FFFF
+// included), or npos.
+size_t FirstInvalidUtf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    int extra = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1, cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2, cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (text.size() - i <= static_cast<size_t>(extra)) return i;  // truncated sequence
+    for (int k = 1; k <= extra; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min_cp = extra == 1 ? 0x80 : extra == 2 ? 0x800 : 0x10000;
+    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += extra + 1;
+  }
+  return std::string::npos;
+}
+
 Status CheckWidths(const char* key, const std::vector<int>& widths) {
   if (widths.empty()) return Status::InvalidArgument(std::string(key) + ": must list at least one layer width");
   for (size_t i = 0; i < widths.size(); ++i) {
@@ -73,6 +107,11 @@ Status ReadIntList(const YAML::Node& node, const std::string& key, std::vector<i
 
 Status ValidateModelConfig(const ModelConfig& c) {
   if (c.name.empty()) return Status::InvalidArgument("name: must not be empty");
+  const size_t bad_byte = FirstInvalidUtf8(c.name);
+  if (bad_byte != std::string::npos) {
+    // YAML text is Unicode: such a name would not survive ModelConfigToYaml.
+    return Status::InvalidArgument("name: byte " + std::to_string(bad_byte) + " is not valid UTF-8");
+  }
   const int d = c.embedding_dim;
   if (d <= 0 || d > kMaxWidth) {
     return Status::InvalidArgument("embedding_dim = " + std::to_string(d) + ": must be in [1, " +

@@ -12,13 +12,15 @@ build_pkgs=(
   libgtest-dev libopenblas-dev libgoogle-perftools-dev
 )
 # Real peers the integration tests drive: the Prometheus server and a headless browser;
-# openssl makes the TLS tests' certificates; the Python package's tests
-# (python/tests: the PyTorch twin, its gRPC stubs, pip install ./python);
-# podman (with runc, and mmdebstrap for the local Debian base) for
-# deploy_image_test, which builds and runs the container image.
+# openssl makes the TLS tests' certificates; clang and its runtimes build the
+# libFuzzer targets (fuzz/, make fuzz); the Python package's tests (python/tests:
+# the PyTorch twin, its gRPC stubs, pip install ./python); podman (with runc,
+# and mmdebstrap for the local Debian base) for deploy_image_test, which builds
+# and runs the container image.
 test_pkgs=(prometheus chromium curl python3 openssl
   python3-torch python3-numpy python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-pip
-  podman buildah runc mmdebstrap uidmap)
+  podman buildah runc mmdebstrap uidmap
+  clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}")
 if [ "${1:-}" = "--build-only" ]; then pkgs=("${build_pkgs[@]}"); fi

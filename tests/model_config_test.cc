@@ -103,6 +103,9 @@ TEST(ModelConfigTest, ErrorsNameTheBadKey) {
       {"{name: country, num_rows: 10}", "{name: country}", "num_rows"},
       {"{name: country, num_rows: 10}", "{name: country, num_rows: 10, size: 3}", "unknown key 'size'"},
       {"name: tiny", "name: [tiny", "YAML"},
+      {"name: tiny", "name: \"ti\xfcny\"", "name: byte 2 is not valid UTF-8"},      // from fuzz_model_config
+      {"name: tiny", "name: \"tin\xc3\"", "name: byte 3 is not valid UTF-8"},       // truncated sequence
+      {"name: tiny", "name: \"t\xed\xa0\x80y\"", "name: byte 1 is not valid UTF-8"},  // a surrogate
   };
   for (const BadCase& bad : cases) {
     Status s = ParseEdited(bad.from, bad.to);
@@ -110,6 +113,15 @@ TEST(ModelConfigTest, ErrorsNameTheBadKey) {
     EXPECT_NE(s.message().find(bad.must_mention), std::string::npos)
         << "'" << bad.to << "' gave: " << s.message();
   }
+}
+
+TEST(ModelConfigTest, Utf8NamesRoundTrip) {
+  ModelConfig c, back;
+  ASSERT_TRUE(ParseEdited("name: tiny", "name: \"rang\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x9a\x80\"").ok());
+  ASSERT_TRUE(ParseModelConfig(kSmall, &c).ok());
+  c.name = "rang\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x9a\x80";
+  ASSERT_TRUE(ParseModelConfig(ModelConfigToYaml(c), &back).ok());
+  EXPECT_EQ(back.name, c.name);
 }
 
 // The shipped production-sized model (the benchmarks' main model): it parses

@@ -13,7 +13,8 @@ target_compile_definitions(server_process_test PRIVATE
   JAGRANK_SERVER_BINARY="$<TARGET_FILE:jagrank-server>"
   JAGRANK_CLIENT_BINARY="$<TARGET_FILE:jagrank-client>"
   JAGRANK_LOADGEN_BINARY="$<TARGET_FILE:jagrank-loadgen>"
-  $<$<BOOL:${JAGRANK_WITH_TCMALLOC}>:JAGRANK_EXPECT_TCMALLOC=1>)
+  $<$<BOOL:${JAGRANK_WITH_TCMALLOC}>:JAGRANK_EXPECT_TCMALLOC=1>
+  $<$<BOOL:${JAGRANK_SANITIZER}>:JAGRANK_EXPECT_SANITIZER_MALLOC=1>)
 add_dependencies(server_process_test jagrank-server jagrank-client jagrank-loadgen)
 # Model repository and hot reload: real files, real gRPC over loopback.
 jagrank_add_test(NAME server_reload_test SOURCES server_reload_test.cc
