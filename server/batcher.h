@@ -13,6 +13,11 @@
 //   - requests leave in arrival order; a single request above a budget runs
 //     alone instead of failing;
 //   - a full queue refuses at once (RESOURCE_EXHAUSTED);
+//   - deadline-aware admission: a request that would not finish before its
+//     deadline, by the queue ahead of it and the recent batch compute times
+//     (RecordBatch), is refused at once (RESOURCE_EXHAUSTED "would not
+//     finish before its deadline: ..."), so that under overload the excess
+//     is shed at the door instead of expiring in the queue;
 //   - requests whose deadline passed or whose client cancelled are finished
 //     with DEADLINE_EXCEEDED / CANCELLED when they reach the head of the
 //     queue, never handed to the executor.
@@ -86,8 +91,9 @@ class Batcher {
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
-  // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued and
-  // UNAVAILABLE after Close(); on failure the caller keeps *request and must
+  // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued or
+  // when the request would not finish before its deadline (the message says
+  // which), and UNAVAILABLE after Close(); on failure the caller keeps *request and must
   // finish it. Never blocks on the executor. Thread-safe.
   Status Enqueue(std::unique_ptr<QueuedRequest>* request);
 
@@ -104,6 +110,16 @@ class Batcher {
   // whatever is queued while this is false; without it, no effect.
   // Thread-safe.
   void SetExecutorHasBatchWaiting(bool waiting);
+
+  // A batch of `requests` requests was computed in `compute_seconds` and
+  // has just ended: feeds the admission estimate (with a backlog, the time
+  // since the previous batch ended counts when it is longer). Thread-safe.
+  void RecordBatch(int requests, double compute_seconds);
+  // How long a request queued now would take to finish: the requests ahead
+  // of it at the recent compute time per request, one batch in compute and
+  // its own batch at the recent batch time, and the batching delay. Zero
+  // before the first RecordBatch.
+  std::chrono::microseconds EstimatedFinishIn() const;
 
   // Stops accepting; queued requests still come out of NextBatch.
   void Close();
@@ -129,6 +145,11 @@ class Batcher {
   int64_t queued_history_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_attention_cost_ ABSL_GUARDED_BY(mu_) = 0;  // sum of L^2
   int64_t queued_longest_ ABSL_GUARDED_BY(mu_) = 0;  // longest L since the queue was last empty (an upper bound)
+  std::chrono::microseconds EstimatedFinishInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recent compute times (exponential moving averages over batches); 0 = none yet.
+  double batch_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  double seconds_per_request_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point last_batch_end_ ABSL_GUARDED_BY(mu_);  // of the last RecordBatch
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool executor_has_batch_waiting_ ABSL_GUARDED_BY(mu_) = false;  // see SetExecutorHasBatchWaiting
 };

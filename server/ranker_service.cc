@@ -363,8 +363,11 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   Status queued_status = batcher_->Enqueue(&queued);
   if (!queued_status.ok()) {
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
-    const bool full = queued_status.code() == Status::Code::kResourceExhausted;
-    return reject(queued_status, full ? "queue_full" : "shutting_down");
+    const char* reason = "shutting_down";
+    if (queued_status.code() == Status::Code::kResourceExhausted) {
+      reason = queued_status.message().rfind("would not finish", 0) == 0 ? "deadline_unmeetable" : "queue_full";
+    }
+    return reject(queued_status, reason);
   }
   return Status::Ok();
 }
