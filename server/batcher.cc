@@ -59,9 +59,12 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
       // load a few batches late), and an expiry is work refused too late.
       if (now + finish_in + finish_in / 4 > r.deadline) {
         const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline - now).count();
-        return Status::ResourceExhausted(
-            "would not finish before its deadline: queue ~" + std::to_string(finish_in.count() / 1000) + " ms (" +
-            std::to_string(queue_.size()) + " requests ahead), deadline in " + std::to_string(left_ms) + " ms");
+        const std::string why = "would not finish before its deadline: queue ~" +
+                                std::to_string(finish_in.count() / 1000) + " ms (" + std::to_string(queue_.size()) +
+                                " requests ahead), deadline in " + std::to_string(left_ms) + " ms";
+        // With nothing ahead the deadline is simply too short for a batch;
+        // otherwise the server is overloaded and sheds the call.
+        return queue_.empty() ? Status::DeadlineExceeded(why) : Status::ResourceExhausted(why);
       }
     }
     queued_candidates_ += r.candidates;
@@ -199,8 +202,11 @@ std::chrono::microseconds Batcher::EstimatedFinishInLocked() const {
   // The requests ahead at the recent time per request, then up to one batch
   // still in compute and the request's own batch (its scores come when the
   // whole batch is done), and the batching delay.
-  const double seconds = static_cast<double>(queue_.size()) * seconds_per_request_ + 2 * batch_seconds_ +
-                         1e-6 * static_cast<double>(config_.max_queue_delay_us);
+  // (With dispatch_when_idle a batch closes as soon as the executor is free:
+  // no delay.)
+  const double delay_seconds = config_.dispatch_when_idle ? 0 : 1e-6 * static_cast<double>(config_.max_queue_delay_us);
+  const double seconds =
+      static_cast<double>(queue_.size()) * seconds_per_request_ + 2 * batch_seconds_ + delay_seconds;
   return std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
 }
 

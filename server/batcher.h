@@ -16,8 +16,10 @@
 //   - deadline-aware admission: a request that would not finish before its
 //     deadline, by the queue ahead of it and the recent batch compute times
 //     (RecordBatch), is refused at once (RESOURCE_EXHAUSTED "would not
-//     finish before its deadline: ..."), so that under overload the excess
-//     is shed at the door instead of expiring in the queue;
+//     finish before its deadline: ...", or DEADLINE_EXCEEDED when nothing
+//     is queued and the deadline is shorter than a batch), so that under
+//     overload the excess is shed at the door instead of expiring in the
+//     queue;
 //   - requests whose deadline passed or whose client cancelled are finished
 //     with DEADLINE_EXCEEDED / CANCELLED when they reach the head of the
 //     queue, never handed to the executor.
@@ -93,7 +95,8 @@ class Batcher {
   // Queues `*request` and takes ownership of it (then *request is null).
   // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued or
   // when the request would not finish before its deadline (the message says
-  // which), and UNAVAILABLE after Close(); on failure the caller keeps *request and must
+  // which; DEADLINE_EXCEEDED for the latter when the queue is empty), and
+  // UNAVAILABLE after Close(); on failure the caller keeps *request and must
   // finish it. Never blocks on the executor. Thread-safe.
   Status Enqueue(std::unique_ptr<QueuedRequest>* request);
 

@@ -364,8 +364,10 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   if (!queued_status.ok()) {
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
     const char* reason = "shutting_down";
-    if (queued_status.code() == Status::Code::kResourceExhausted) {
-      reason = queued_status.message().rfind("would not finish", 0) == 0 ? "deadline_unmeetable" : "queue_full";
+    if (queued_status.message().rfind("would not finish", 0) == 0) {
+      reason = "deadline_unmeetable";
+    } else if (queued_status.code() == Status::Code::kResourceExhausted) {
+      reason = "queue_full";
     }
     return reject(queued_status, reason);
   }
