@@ -53,7 +53,7 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
     QueuedRequest& r = **request;
     if (r.deadline != Clock::time_point::max()) {
       const Clock::time_point now = Clock::now();
-      const std::chrono::microseconds finish_in = EstimatedFinishInLocked();
+      const std::chrono::microseconds finish_in = EstimatedFinishInLocked(static_cast<int64_t>(queue_.size()));
       // A quarter over the estimate: one admitted at the very edge of its
       // deadline expires about every other time (the estimate follows the
       // load a few batches late), and an expiry is work refused too late.
@@ -62,9 +62,11 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
         const std::string why = "would not finish before its deadline: queue ~" +
                                 std::to_string(finish_in.count() / 1000) + " ms (" + std::to_string(queue_.size()) +
                                 " requests ahead), deadline in " + std::to_string(left_ms) + " ms";
-        // With nothing ahead the deadline is simply too short for a batch;
+        // Too short even for an empty queue: the deadline is the problem;
         // otherwise the server is overloaded and sheds the call.
-        return queue_.empty() ? Status::DeadlineExceeded(why) : Status::ResourceExhausted(why);
+        const std::chrono::microseconds alone = EstimatedFinishInLocked(/*ahead=*/0);
+        const bool too_short = now + alone + alone / 4 > r.deadline;
+        return too_short ? Status::DeadlineExceeded(why) : Status::ResourceExhausted(why);
       }
     }
     queued_candidates_ += r.candidates;
@@ -194,10 +196,10 @@ void Batcher::RecordBatch(int requests, double compute_seconds) {
 
 std::chrono::microseconds Batcher::EstimatedFinishIn() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return EstimatedFinishInLocked();
+  return EstimatedFinishInLocked(static_cast<int64_t>(queue_.size()));
 }
 
-std::chrono::microseconds Batcher::EstimatedFinishInLocked() const {
+std::chrono::microseconds Batcher::EstimatedFinishInLocked(int64_t ahead) const {
   if (batch_seconds_ == 0) return std::chrono::microseconds(0);
   // The requests ahead at the recent time per request, then up to one batch
   // still in compute and the request's own batch (its scores come when the
@@ -206,7 +208,7 @@ std::chrono::microseconds Batcher::EstimatedFinishInLocked() const {
   // no delay.)
   const double delay_seconds = config_.dispatch_when_idle ? 0 : 1e-6 * static_cast<double>(config_.max_queue_delay_us);
   const double seconds =
-      static_cast<double>(queue_.size()) * seconds_per_request_ + 2 * batch_seconds_ + delay_seconds;
+      static_cast<double>(ahead) * seconds_per_request_ + 2 * batch_seconds_ + delay_seconds;
   return std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
 }
 

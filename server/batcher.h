@@ -16,8 +16,8 @@
 //   - deadline-aware admission: a request that would not finish before its
 //     deadline, by the queue ahead of it and the recent batch compute times
 //     (RecordBatch), is refused at once (RESOURCE_EXHAUSTED "would not
-//     finish before its deadline: ...", or DEADLINE_EXCEEDED when nothing
-//     is queued and the deadline is shorter than a batch), so that under
+//     finish before its deadline: ...", or DEADLINE_EXCEEDED when even an
+//     empty queue could not meet the deadline), so that under
 //     overload the excess is shed at the door instead of expiring in the
 //     queue;
 //   - requests whose deadline passed or whose client cancelled are finished
@@ -95,7 +95,8 @@ class Batcher {
   // Queues `*request` and takes ownership of it (then *request is null).
   // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued or
   // when the request would not finish before its deadline (the message says
-  // which; DEADLINE_EXCEEDED for the latter when the queue is empty), and
+  // which; DEADLINE_EXCEEDED for the latter when even an empty queue would
+  // not meet the deadline), and
   // UNAVAILABLE after Close(); on failure the caller keeps *request and must
   // finish it. Never blocks on the executor. Thread-safe.
   Status Enqueue(std::unique_ptr<QueuedRequest>* request);
@@ -148,7 +149,8 @@ class Batcher {
   int64_t queued_history_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_attention_cost_ ABSL_GUARDED_BY(mu_) = 0;  // sum of L^2
   int64_t queued_longest_ ABSL_GUARDED_BY(mu_) = 0;  // longest L since the queue was last empty (an upper bound)
-  std::chrono::microseconds EstimatedFinishInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EstimatedFinishIn with `ahead` requests queued in front.
+  std::chrono::microseconds EstimatedFinishInLocked(int64_t ahead) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recent compute times (exponential moving averages over batches); 0 = none yet.
   double batch_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double seconds_per_request_ ABSL_GUARDED_BY(mu_) = 0;

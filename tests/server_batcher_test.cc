@@ -227,8 +227,8 @@ TEST(BatcherTest, ExpiredAndCancelledRequestsAreFinishedNotReturned) {
 // 50 x 10 ms + 2 x 100 ms (+ the 1 ms batching delay) = 0.7 s: refused at
 // once when its deadline is nearer (with a quarter of margin),
 // RESOURCE_EXHAUSTED naming the queue and the deadline; admitted when it is
-// further. On an empty queue a deadline shorter than a batch is
-// DEADLINE_EXCEEDED. Requests without a deadline are always admitted, and
+// further. A deadline too short even for an empty queue is
+// DEADLINE_EXCEEDED, whatever is queued. Requests without a deadline are always admitted, and
 // before the first batch nothing is known to refuse on.
 TEST(BatcherTest, AdmissionRefusesWhatWouldFinishAfterItsDeadline) {
   NullMetrics metrics;
@@ -245,7 +245,7 @@ TEST(BatcherTest, AdmissionRefusesWhatWouldFinishAfterItsDeadline) {
   auto soon = Fake(1, 1, 1, &finished);
   soon->deadline = Clock::now() + 50ms;
   Status s = batcher.Enqueue(&soon);
-  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();  // one request is queued
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s.ToString();  // 50 ms: too short even alone
   for (int i = 0; i < 49; ++i) {
     auto r = Fake(10 + i, 1, 1, &finished);  // no deadline: always admitted
     ASSERT_TRUE(batcher.Enqueue(&r).ok());
@@ -263,6 +263,10 @@ TEST(BatcherTest, AdmissionRefusesWhatWouldFinishAfterItsDeadline) {
   far->deadline = Clock::now() + 2s;
   EXPECT_TRUE(batcher.Enqueue(&far).ok());
   EXPECT_EQ(batcher.depth(), 51);
+  auto tiny = Fake(5, 1, 1, &finished);
+  tiny->deadline = Clock::now() + 50ms;
+  s = batcher.Enqueue(&tiny);
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s.ToString();
 
   Batcher idle(config, &metrics);
   idle.RecordBatch(10, 0.1);
