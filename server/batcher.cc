@@ -51,24 +51,7 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
                                        " requests queued = max_queue_requests");
     }
     QueuedRequest& r = **request;
-    if (r.deadline != Clock::time_point::max()) {
-      const Clock::time_point now = Clock::now();
-      const std::chrono::microseconds finish_in = EstimatedFinishInLocked(static_cast<int64_t>(queue_.size()));
-      // A quarter over the estimate: one admitted at the very edge of its
-      // deadline expires about every other time (the estimate follows the
-      // load a few batches late), and an expiry is work refused too late.
-      if (now + finish_in + finish_in / 4 > r.deadline) {
-        const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline - now).count();
-        const std::string why = "would not finish before its deadline: queue ~" +
-                                std::to_string(finish_in.count() / 1000) + " ms (" + std::to_string(queue_.size()) +
-                                " requests ahead), deadline in " + std::to_string(left_ms) + " ms";
-        // Too short even for an empty queue: the deadline is the problem;
-        // otherwise the server is overloaded and sheds the call.
-        const std::chrono::microseconds alone = EstimatedFinishInLocked(/*ahead=*/0);
-        const bool too_short = now + alone + alone / 4 > r.deadline;
-        return too_short ? Status::DeadlineExceeded(why) : Status::ResourceExhausted(why);
-      }
-    }
+    RETURN_IF_ERROR(AdmitLocked(r.deadline));
     queued_candidates_ += r.candidates;
     queued_history_tokens_ += r.history_tokens;
     queued_attention_cost_ += r.attention_cost;
@@ -165,6 +148,30 @@ void Batcher::SetExecutorHasBatchWaiting(bool waiting) {
     executor_has_batch_waiting_ = waiting;
   }
   if (!waiting) cv_.notify_all();
+}
+
+Status Batcher::CheckAdmission(Clock::time_point deadline) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AdmitLocked(deadline);
+}
+
+Status Batcher::AdmitLocked(Clock::time_point deadline) const {
+  if (deadline == Clock::time_point::max()) return Status::Ok();
+  const Clock::time_point now = Clock::now();
+  const std::chrono::microseconds finish_in = EstimatedFinishInLocked(static_cast<int64_t>(queue_.size()));
+  // Half over the estimate: one admitted at the very edge of its deadline
+  // expires about every other time (the estimate follows the load a few
+  // batches late), and an expiry is work refused too late.
+  if (now + finish_in + finish_in / 2 <= deadline) return Status::Ok();
+  const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+  const std::string why = "would not finish before its deadline: queue ~" + std::to_string(finish_in.count() / 1000) +
+                          " ms (" + std::to_string(queue_.size()) + " requests ahead), deadline in " +
+                          std::to_string(left_ms) + " ms";
+  // Too short even for an empty queue: the deadline is the problem;
+  // otherwise the server is overloaded and sheds the call.
+  const std::chrono::microseconds alone = EstimatedFinishInLocked(/*ahead=*/0);
+  const bool too_short = now + alone + alone / 2 > deadline;
+  return too_short ? Status::DeadlineExceeded(why) : Status::ResourceExhausted(why);
 }
 
 void Batcher::RecordBatch(int requests, double compute_seconds) {

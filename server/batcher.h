@@ -115,6 +115,11 @@ class Batcher {
   // Thread-safe.
   void SetExecutorHasBatchWaiting(bool waiting);
 
+  // The deadline-aware admission Enqueue applies, alone: OK, or the refusal
+  // Enqueue would return for a request with `deadline` now (so that a caller
+  // can refuse before converting the request). Thread-safe.
+  Status CheckAdmission(Clock::time_point deadline) const;
+
   // A batch of `requests` requests was computed in `compute_seconds` and
   // has just ended: feeds the admission estimate (with a backlog, the time
   // since the previous batch ended counts when it is longer). Thread-safe.
@@ -149,6 +154,7 @@ class Batcher {
   int64_t queued_history_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_attention_cost_ ABSL_GUARDED_BY(mu_) = 0;  // sum of L^2
   int64_t queued_longest_ ABSL_GUARDED_BY(mu_) = 0;  // longest L since the queue was last empty (an upper bound)
+  Status AdmitLocked(Clock::time_point deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // EstimatedFinishIn with `ahead` requests queued in front.
   std::chrono::microseconds EstimatedFinishInLocked(int64_t ahead) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recent compute times (exponential moving averages over batches); 0 = none yet.

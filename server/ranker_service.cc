@@ -399,7 +399,18 @@ void RankerService::Handle(RankCall* call) {
   // RankInput.
   Status admitted = ParseRequest(call);
   const int state = state_.load(std::memory_order_acquire);
-  if (admitted.ok() && state == kServing) admitted = converter_->Convert(*call->request, &queued->input);
+  if (admitted.ok() && state == kServing) {
+    // Under overload most calls are refused here: before the conversion,
+    // which would cost them more CPU than the parse did.
+    Status admission = batcher_->CheckAdmission(queued->deadline);
+    if (!admission.ok()) {
+      metrics_->OnRejected("deadline_unmeetable");
+      metrics_->OnRequestDone(StatusCodeName(admission.code()), 0, SecondsSince(queued->arrival));
+      call->FinishWithStatus(ToGrpcStatus(admission, call->request_id()));
+      return;
+    }
+    admitted = converter_->Convert(*call->request, &queued->input);
+  }
   if (!admitted.ok()) {
     metrics_->OnRejected("invalid_argument");
     metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));

@@ -225,7 +225,7 @@ TEST(BatcherTest, ExpiredAndCancelledRequestsAreFinishedNotReturned) {
 // Deadline-aware admission: with recent batches of 10 requests taking
 // 100 ms, a request behind 50 queued ones would finish in about
 // 50 x 10 ms + 2 x 100 ms (+ the 1 ms batching delay) = 0.7 s: refused at
-// once when its deadline is nearer (with a quarter of margin),
+// once when its deadline is nearer (with half of it as margin),
 // RESOURCE_EXHAUSTED naming the queue and the deadline; admitted when it is
 // further. A deadline too short even for an empty queue is
 // DEADLINE_EXCEEDED, whatever is queued. Requests without a deadline are always admitted, and
@@ -252,7 +252,7 @@ TEST(BatcherTest, AdmissionRefusesWhatWouldFinishAfterItsDeadline) {
   }
   EXPECT_NEAR(std::chrono::duration<double>(batcher.EstimatedFinishIn()).count(), 50 * 0.01 + 0.2 + 0.001, 1e-3);
   auto near = Fake(2, 1, 1, &finished);
-  near->deadline = Clock::now() + 800ms;  // 0.701 s x 1.25 = 0.876 s > 0.8 s
+  near->deadline = Clock::now() + 800ms;  // 0.701 s x 1.5 = 1.05 s > 0.8 s
   s = batcher.Enqueue(&near);
   EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("would not finish before its deadline: queue ~701 ms (50 requests ahead), deadline in"),
