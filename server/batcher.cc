@@ -54,6 +54,7 @@ Status Batcher::Enqueue(std::unique_ptr<QueuedRequest>* request) {
                                        " requests queued = max_queue_requests");
     }
     QueuedRequest& r = **request;
+    RETURN_IF_ERROR(AdmitLocked(r.deadline));
     queued_candidates_ += r.candidates;
     queued_history_tokens_ += r.history_tokens;
     queued_attention_cost_ += r.attention_cost;
@@ -150,6 +151,75 @@ void Batcher::SetExecutorHasBatchWaiting(bool waiting) {
     executors_with_batch_waiting_ = std::clamp(executors_with_batch_waiting_ + (waiting ? 1 : -1), 0, executors_);
   }
   if (!waiting) cv_.notify_all();
+}
+
+Status Batcher::CheckAdmission(Clock::time_point deadline) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AdmitLocked(deadline);
+}
+
+Status Batcher::AdmitLocked(Clock::time_point deadline) const {
+  if (deadline == Clock::time_point::max()) return Status::Ok();
+  const Clock::time_point now = Clock::now();
+  const std::chrono::microseconds finish_in = EstimatedFinishInLocked(static_cast<int64_t>(queue_.size()));
+  // Half over the estimate: one admitted at the very edge of its deadline
+  // expires about every other time (the estimate follows the load a few
+  // batches late), and an expiry is work refused too late.
+  if (now + finish_in + finish_in / 2 <= deadline) return Status::Ok();
+  const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+  const std::string why = "would not finish before its deadline: queue ~" + std::to_string(finish_in.count() / 1000) +
+                          " ms (" + std::to_string(queue_.size()) + " requests ahead), deadline in " +
+                          std::to_string(left_ms) + " ms";
+  // Too short even for an empty queue: the deadline is the problem;
+  // otherwise the server is overloaded and sheds the call.
+  const std::chrono::microseconds alone = EstimatedFinishInLocked(/*ahead=*/0);
+  const bool too_short = now + alone + alone / 2 > deadline;
+  return too_short ? Status::DeadlineExceeded(why) : Status::ResourceExhausted(why);
+}
+
+void Batcher::RecordBatch(int requests, double compute_seconds) {
+  if (requests <= 0) return;
+  // Weight of the newest batch: recent enough to follow a load change within
+  // a few batches, smooth enough that one slow batch does not shed a burst.
+  constexpr double kNewest = 0.2;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  // With a backlog, batches end one after another, and the time between two
+  // ends is what a batch really costs: the forward plus whatever the other
+  // threads (assembly, replies, gRPC) take from the same cores. Idle gaps
+  // (no backlog) say nothing about the cost and are not counted.
+  double seconds = compute_seconds;
+  if (!queue_.empty() && last_batch_end_ != Clock::time_point()) {
+    seconds = std::max(seconds, std::chrono::duration<double>(now - last_batch_end_).count());
+  }
+  last_batch_end_ = now;
+  const double per_request = seconds / requests;
+  compute_seconds = seconds;
+  if (batch_seconds_ == 0) {
+    batch_seconds_ = compute_seconds;
+    seconds_per_request_ = per_request;
+  } else {
+    batch_seconds_ += kNewest * (compute_seconds - batch_seconds_);
+    seconds_per_request_ += kNewest * (per_request - seconds_per_request_);
+  }
+}
+
+std::chrono::microseconds Batcher::EstimatedFinishIn() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return EstimatedFinishInLocked(static_cast<int64_t>(queue_.size()));
+}
+
+std::chrono::microseconds Batcher::EstimatedFinishInLocked(int64_t ahead) const {
+  if (batch_seconds_ == 0) return std::chrono::microseconds(0);
+  // The requests ahead at the recent time per request, then up to one batch
+  // still in compute and the request's own batch (its scores come when the
+  // whole batch is done), and the batching delay.
+  // (With dispatch_when_idle a batch closes as soon as the executor is free:
+  // no delay.)
+  const double delay_seconds = config_.dispatch_when_idle ? 0 : 1e-6 * static_cast<double>(config_.max_queue_delay_us);
+  const double seconds =
+      static_cast<double>(ahead) * seconds_per_request_ + 2 * batch_seconds_ + delay_seconds;
+  return std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
 }
 
 void Batcher::Close() {

@@ -13,6 +13,13 @@
 //   - requests leave in arrival order; a single request above a budget runs
 //     alone instead of failing;
 //   - a full queue refuses at once (RESOURCE_EXHAUSTED);
+//   - deadline-aware admission: a request that would not finish before its
+//     deadline, by the queue ahead of it and the recent batch compute times
+//     (RecordBatch), is refused at once (RESOURCE_EXHAUSTED "would not
+//     finish before its deadline: ...", or DEADLINE_EXCEEDED when even an
+//     empty queue could not meet the deadline), so that under
+//     overload the excess is shed at the door instead of expiring in the
+//     queue;
 //   - requests whose deadline passed or whose client cancelled are finished
 //     with DEADLINE_EXCEEDED / CANCELLED when they reach the head of the
 //     queue, never handed to the executor.
@@ -92,7 +99,10 @@ class Batcher {
   ~Batcher();
 
   // Queues `*request` and takes ownership of it (then *request is null).
-  // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued and
+  // Returns RESOURCE_EXHAUSTED when max_queue_requests are already queued or
+  // when the request would not finish before its deadline (the message says
+  // which; DEADLINE_EXCEEDED for the latter when even an empty queue would
+  // not meet the deadline), and
   // UNAVAILABLE after Close(); on failure the caller keeps *request and must
   // finish it. Never blocks on the executor. Thread-safe.
   Status Enqueue(std::unique_ptr<QueuedRequest>* request);
@@ -111,6 +121,21 @@ class Batcher {
   // while some executor has none waiting; without it, no effect.
   // Thread-safe.
   void SetExecutorHasBatchWaiting(bool waiting);
+
+  // The deadline-aware admission Enqueue applies, alone: OK, or the refusal
+  // Enqueue would return for a request with `deadline` now (so that a caller
+  // can refuse before converting the request). Thread-safe.
+  Status CheckAdmission(Clock::time_point deadline) const;
+
+  // A batch of `requests` requests was computed in `compute_seconds` and
+  // has just ended: feeds the admission estimate (with a backlog, the time
+  // since the previous batch ended counts when it is longer). Thread-safe.
+  void RecordBatch(int requests, double compute_seconds);
+  // How long a request queued now would take to finish: the requests ahead
+  // of it at the recent compute time per request, one batch in compute and
+  // its own batch at the recent batch time, and the batching delay. Zero
+  // before the first RecordBatch.
+  std::chrono::microseconds EstimatedFinishIn() const;
 
   // Stops accepting; queued requests still come out of NextBatch.
   void Close();
@@ -137,6 +162,13 @@ class Batcher {
   int64_t queued_history_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_attention_cost_ ABSL_GUARDED_BY(mu_) = 0;  // sum of L^2
   int64_t queued_longest_ ABSL_GUARDED_BY(mu_) = 0;  // longest L since the queue was last empty (an upper bound)
+  Status AdmitLocked(Clock::time_point deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EstimatedFinishIn with `ahead` requests queued in front.
+  std::chrono::microseconds EstimatedFinishInLocked(int64_t ahead) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recent compute times (exponential moving averages over batches); 0 = none yet.
+  double batch_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  double seconds_per_request_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point last_batch_end_ ABSL_GUARDED_BY(mu_);  // of the last RecordBatch
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Executors that hold a batch waiting to run (SetExecutorHasBatchWaiting).
   int executors_with_batch_waiting_ ABSL_GUARDED_BY(mu_) = 0;

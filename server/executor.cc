@@ -255,6 +255,7 @@ bool Executor::Compute(Work* work) {
   // Reported before the calls finish, so a client that saw its answer also
   // sees its batch in the metrics.
   metrics_->OnBatch(stats);
+  if (work->status.ok()) batcher_->RecordBatch(stats.requests, compute_seconds);
   return true;
 }
 

@@ -358,8 +358,13 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   Status queued_status = batcher_->Enqueue(&queued);
   if (!queued_status.ok()) {
     metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
-    const bool full = queued_status.code() == Status::Code::kResourceExhausted;
-    return reject(queued_status, full ? "queue_full" : "shutting_down");
+    const char* reason = "shutting_down";
+    if (queued_status.message().rfind("would not finish", 0) == 0) {
+      reason = "deadline_unmeetable";
+    } else if (queued_status.code() == Status::Code::kResourceExhausted) {
+      reason = "queue_full";
+    }
+    return reject(queued_status, reason);
   }
   return Status::Ok();
 }
@@ -390,6 +395,15 @@ void RankerService::Handle(RankCall* call) {
   Status admitted = ParseRequest(call);
   const int state = state_.load(std::memory_order_acquire);
   if (admitted.ok() && state == kServing) {
+    // Under overload most calls are refused here: before the conversion,
+    // which would cost them more CPU than the parse did.
+    Status admission = batcher_->CheckAdmission(queued->deadline);
+    if (!admission.ok()) {
+      metrics_->OnRejected("deadline_unmeetable");
+      metrics_->OnRequestDone(StatusCodeName(admission.code()), 0, SecondsSince(queued->arrival));
+      call->FinishWithStatus(ToGrpcStatus(admission, call->request_id()));
+      return;
+    }
     std::shared_ptr<const ServedModel> served = models_->Current();
     admitted = served->converter.Convert(*call->request, &queued->input);
     queued->request_contract = served->request_contract;

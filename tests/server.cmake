@@ -23,6 +23,13 @@ target_include_directories(server_reload_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR
 # Several executors on one batcher (CPU).
 jagrank_add_test(NAME server_executors_test SOURCES server_executors_test.cc LIBS jagrank_server TIMEOUT 120)
 target_include_directories(server_executors_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# The overload case measures throughput (capacity, then goodput at 3x): it runs
+# alone, not beside whatever else ctest -j runs at the time.
+set_tests_properties(server_process_test PROPERTIES ENVIRONMENT "GTEST_FILTER=-*Overload*")
+add_test(NAME server_overload_test COMMAND server_process_test --gtest_filter=*Overload*
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(server_overload_test PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
 # Hostile connections against the in-process server (memory quota).
 jagrank_add_test(NAME server_hostile_test SOURCES server_hostile_test.cc LIBS jagrank_server TIMEOUT 120)
 target_include_directories(server_hostile_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(server_hostile_test PROPERTIES RUN_SERIAL TRUE)  # times a probe call under attack

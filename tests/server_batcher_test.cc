@@ -202,13 +202,17 @@ TEST(BatcherTest, ExpiredAndCancelledRequestsAreFinishedNotReturned) {
   Finished finished;
   Batcher batcher(Budgets(), &metrics);
   auto expired = Fake(0, 1, 1, &finished);
-  expired->deadline = Clock::now() - 1ms;
+  // Admitted (a deadline already past is refused at the door), then expires
+  // in the queue before the batch is taken.
+  const Clock::time_point deadline = Clock::now() + 20ms;
+  expired->deadline = deadline;
   auto cancelled = Fake(1, 1, 1, &finished);
   cancelled->is_cancelled = [] { return true; };
   auto live = Fake(2, 20, 1, &finished);  // fills the budget: no waiting
   ASSERT_TRUE(batcher.Enqueue(&expired).ok());
   ASSERT_TRUE(batcher.Enqueue(&cancelled).ok());
   ASSERT_TRUE(batcher.Enqueue(&live).ok());
+  std::this_thread::sleep_until(deadline + 1ms);
   std::vector<std::unique_ptr<QueuedRequest>> batch;
   ASSERT_TRUE(batcher.NextBatch(&batch));
   ASSERT_EQ(batch.size(), 1u);
@@ -217,6 +221,60 @@ TEST(BatcherTest, ExpiredAndCancelledRequestsAreFinishedNotReturned) {
   ASSERT_EQ(finished.calls.size(), 2u);
   EXPECT_EQ(finished.calls[0], std::make_pair(0, Status::Code::kDeadlineExceeded));
   EXPECT_EQ(finished.calls[1], std::make_pair(1, Status::Code::kCancelled));
+}
+
+// Deadline-aware admission: with recent batches of 10 requests taking
+// 100 ms, a request behind 50 queued ones would finish in about
+// 50 x 10 ms + 2 x 100 ms (+ the 1 ms batching delay) = 0.7 s: refused at
+// once when its deadline is nearer (with half of it as margin),
+// RESOURCE_EXHAUSTED naming the queue and the deadline; admitted when it is
+// further. A deadline too short even for an empty queue is
+// DEADLINE_EXCEEDED, whatever is queued. Requests without a deadline are always admitted, and
+// before the first batch nothing is known to refuse on.
+TEST(BatcherTest, AdmissionRefusesWhatWouldFinishAfterItsDeadline) {
+  NullMetrics metrics;
+  Finished finished;
+  BatchingConfig config = Budgets();
+  config.max_queue_delay_us = 1000;
+  config.max_queue_requests = 1000;
+  Batcher batcher(config, &metrics);
+  auto early = Fake(0, 1, 1, &finished);
+  early->deadline = Clock::now() + 1ms;
+  ASSERT_TRUE(batcher.Enqueue(&early).ok()) << "refused before any batch was measured";
+  batcher.RecordBatch(10, 0.1);
+  EXPECT_NEAR(std::chrono::duration<double>(batcher.EstimatedFinishIn()).count(), 1 * 0.01 + 0.2 + 0.001, 1e-3);
+  auto soon = Fake(1, 1, 1, &finished);
+  soon->deadline = Clock::now() + 50ms;
+  Status s = batcher.Enqueue(&soon);
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s.ToString();  // 50 ms: too short even alone
+  for (int i = 0; i < 49; ++i) {
+    auto r = Fake(10 + i, 1, 1, &finished);  // no deadline: always admitted
+    ASSERT_TRUE(batcher.Enqueue(&r).ok());
+  }
+  EXPECT_NEAR(std::chrono::duration<double>(batcher.EstimatedFinishIn()).count(), 50 * 0.01 + 0.2 + 0.001, 1e-3);
+  auto near = Fake(2, 1, 1, &finished);
+  near->deadline = Clock::now() + 800ms;  // 0.701 s x 1.5 = 1.05 s > 0.8 s
+  s = batcher.Enqueue(&near);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("would not finish before its deadline: queue ~701 ms (50 requests ahead), deadline in"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_NE(near, nullptr) << "a refused request stays with the caller";
+  auto far = Fake(3, 1, 1, &finished);
+  far->deadline = Clock::now() + 2s;
+  EXPECT_TRUE(batcher.Enqueue(&far).ok());
+  EXPECT_EQ(batcher.depth(), 51);
+  auto tiny = Fake(5, 1, 1, &finished);
+  tiny->deadline = Clock::now() + 50ms;
+  s = batcher.Enqueue(&tiny);
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s.ToString();
+
+  Batcher idle(config, &metrics);
+  idle.RecordBatch(10, 0.1);
+  auto short_deadline = Fake(4, 1, 1, &finished);
+  short_deadline->deadline = Clock::now() + 50ms;
+  s = idle.Enqueue(&short_deadline);
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s.ToString();
 }
 
 // dispatch_when_idle: with a 10 s delay and no budget reached, a batch

@@ -20,6 +20,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "common/cuda_check.h"
+#include "metrics_http.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "process_util.h"
@@ -829,6 +830,67 @@ TEST_F(ServerProcessTest, StartLogNamesTheAllocatorInUse) {
 #else
   EXPECT_NE(line.find("libc.so"), std::string::npos) << line;
 #endif
+}
+
+// Overload, short (bench/overload_cpu.sh is the 20 s version): the default
+// model on the CPU, the loadgen's default workload. Its closed-loop capacity
+// first, then an open loop at 3x that rate: deadline-aware admission refuses
+// the excess at once (RESOURCE_EXHAUSTED "would not finish before its
+// deadline", counted as rejection deadline_unmeetable), so the calls it takes
+// are answered within their deadline and the goodput stays near the
+// capacity. (Without it the queue holds seconds of work, most calls expire
+// in it, and the goodput falls far below; 0 OK at 5x was seen.) The goodput
+// bound is looser than the benchmark's 90 % because this run is short and
+// shares two cores with the rest of the suite (its capacity measured 215 to
+// 560 calls/s from one run to the next); what must hold in any case is that
+// the calls admitted are answered, not left to expire.
+TEST_F(ServerProcessTest, OverloadIsShedAtTheDoorAndGoodputHolds) {
+  port_ = server_test::FreePort();
+  const int metrics_port = server_test::FreePort();
+  ASSERT_GT(port_, 0);
+  ASSERT_GT(metrics_port, 0);
+  address_ = "127.0.0.1:" + std::to_string(port_);
+  pid_ = Spawn({JAGRANK_SERVER_BINARY, "--grpc-address", address_, "--metrics-address",
+                "127.0.0.1:" + std::to_string(metrics_port), "--device", "cpu"},
+               dir_ + "/server.log");
+  ASSERT_GT(pid_, 0);
+  for (const auto give_up = std::chrono::steady_clock::now() + 60s;
+       ReadFile(dir_ + "/server.log").find("jagrank-server ready") == std::string::npos;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << ReadFile(dir_ + "/server.log");
+    std::this_thread::sleep_for(50ms);
+  }
+  const std::string load = std::string(JAGRANK_LOADGEN_BINARY) + " --address " + address_ +
+                           " --channels 32 --timeout-ms 2000 --warmup-s 2";
+  std::string out;
+  const std::string closed_json = dir_ + "/closed.json", open_json = dir_ + "/open.json";
+  ASSERT_EQ(RunCommand(load + " --concurrency 32 --duration-s 3 --json-out " + closed_json + " 2>&1", &out), 0)
+      << out;
+  const double capacity = nlohmann::json::parse(ReadFile(closed_json))["qps"].get<double>();
+  ASSERT_GT(capacity, 10) << out;
+  ASSERT_EQ(RunCommand(load + " --rate " + std::to_string(static_cast<int>(3 * capacity)) +
+                           " --duration-s 4 --json-out " + open_json + " 2>&1",
+                       &out),
+            0)
+      << out;
+  const nlohmann::json open = nlohmann::json::parse(ReadFile(open_json));
+  const double goodput = open["qps"].get<double>();
+  EXPECT_GE(goodput, 0.5 * capacity) << "capacity " << capacity << "; " << open.dump();
+  // Of the calls admitted, most are answered (without admission nearly all
+  // expire in the queue; here 64-88 % were answered, run to run).
+  const double ok = open["requests_ok"].get<double>();
+  const double expired = open["errors"].value("DEADLINE_EXCEEDED", 0);
+  EXPECT_GE(ok / (ok + expired), 0.5) << open.dump();
+  // Every OK call answered within its 2 s deadline (latency counts from the
+  // scheduled send, so the pacer's own lag is allowed on top).
+  EXPECT_LE(open["latency_ms"]["max"].get<double>(), 2000 + open["pacer_max_lag_ms"].get<double>()) << open.dump();
+  EXPECT_GT(open["errors"].value("RESOURCE_EXHAUSTED", 0), 0) << open.dump();
+  EXPECT_NE(open["first_error"].get<std::string>().find("would not finish before its deadline"), std::string::npos)
+      << open.dump();
+  const metrics_test::HttpResponse scrape = metrics_test::HttpGet(metrics_port, "/metrics");
+  EXPECT_GT(metrics_test::Value(metrics_test::ParseExposition(scrape.body), "jagrank_rejections_total",
+                                {{"reason", "deadline_unmeetable"}}),
+            0)
+      << scrape.body;
 }
 
 }  // namespace

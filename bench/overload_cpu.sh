@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Overload on the CPU backend: the closed-loop capacity (32 calls outstanding
+# on 32 connections, the loadgen's default workload and 5 s deadline), then an
+# open loop at 3x that rate for 20 s on 32 connections. Prints the goodput
+# (OK calls/s) against the capacity, the errors by code, the slowest OK call
+# and the server's rejections by reason (deadline-aware admission refuses
+# what would not finish in time).
+#   bench/overload_cpu.sh [build_dir]      (OVERLOAD_FACTOR=3 OPEN_S=20)
+set -euo pipefail
+build=${1:-build}
+factor=${OVERLOAD_FACTOR:-3}
+open_s=${OPEN_S:-20}
+out=$(mktemp -d /tmp/jagrank_overload_XXXXXX)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$build/bin/jagrank-server" --device cpu --grpc-address "127.0.0.1:$port" --metrics-address "127.0.0.1:$mport" \
+  >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 600); do grep -q "jagrank-server ready" "$out/server.log" && break; sleep 0.1; done
+load="$build/bin/jagrank-loadgen --address 127.0.0.1:$port --channels 32"
+$load --concurrency 32 --duration-s 10 --warmup-s 2 --json-out "$out/closed.json" 2>/dev/null >/dev/null
+capacity=$(python3 -c "import json; print(json.load(open('$out/closed.json'))['qps'])")
+rate=$(python3 -c "print(round($capacity * $factor))")
+$load --rate "$rate" --duration-s "$open_s" --warmup-s 2 --json-out "$out/open.json" 2>/dev/null >/dev/null
+curl -s "127.0.0.1:$mport/metrics" | grep '^jagrank_rejections_total' | grep -v ' 0$' >"$out/rejections.txt" || true
+python3 - "$out" "$capacity" "$rate" <<'PY'
+import json, sys
+out, capacity, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+o = json.load(open(f"{out}/open.json"))
+timeout_ms = 5000
+print(f"closed loop (32 outstanding, 32 connections): capacity {capacity:.1f} calls/s")
+print(f"open loop {rate:.0f} calls/s ({rate / capacity:.1f}x) for {o['duration_s']:.0f} s: sent {o['sent_per_s']:.1f}/s, "
+      f"goodput {o['qps']:.1f} OK/s = {100 * o['qps'] / capacity:.1f}% of capacity")
+print(f"OK latency from the scheduled send: p50 {o['latency_ms']['p50']:.0f} ms, p99 {o['latency_ms']['p99']:.0f} ms, "
+      f"max {o['latency_ms']['max']:.0f} ms (deadline {timeout_ms} ms; pacer lag up to {o['pacer_max_lag_ms']:.0f} ms)")
+print("errors:", json.dumps(o["errors"]))
+print("first error:", o.get("first_error", "-"))
+print("server rejections:")
+print(open(f"{out}/rejections.txt").read().rstrip() or "  none")
+PY
