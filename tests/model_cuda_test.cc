@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "model_test_util.h"
 
 namespace jagrank {
 namespace {
@@ -79,20 +80,7 @@ Batch RandomBatch(const ModelConfig& c, int num_requests, int max_candidates, ui
   return batch;
 }
 
-// The random model of `c` with every tensor multiplied by `scale` (1 = the
-// default init, whose scores sit close to 0.5; 2 spreads them over (0, 1)).
-ModelWeights ScaledWeights(const ModelConfig& c, float scale) {
-  ModelWeights random, w;
-  EXPECT_TRUE(MakeRandomWeights(c, &random).ok());
-  if (scale == 1.0f) return random;
-  for (const auto& kv : random.tensors()) {
-    std::vector<float> values(kv.second.data, kv.second.data + kv.second.num_elements());
-    for (float& v : values) v *= scale;
-    w.Add(kv.first, kv.second.shape, std::move(values));
-  }
-  w.ComputeVersion();
-  return w;
-}
+using testing::ScaledWeights;
 
 std::unique_ptr<Model> MakeModel(const ModelConfig& c, const std::string& device, AttentionStrategy s, bool bf16,
                                  float scale = 1.0f) {
@@ -144,7 +132,7 @@ void CompareToCpu(const ModelConfig& c, const Batch& batch, bool bf16, double to
   }
 }
 
-class ModelCudaTest : public testing::Test {
+class ModelCudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";

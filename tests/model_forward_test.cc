@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "model_test_util.h"
 
 namespace jagrank {
 namespace {
@@ -183,20 +184,7 @@ ModelConfig SmallConfig(int d, int heads, int num_features, uint64_t seed) {
   return c;
 }
 
-// The weights of `config`, made larger than the default init so that every
-// step of the math moves the score (the default init is scaled for d = 64).
-ModelWeights ScaledWeights(const ModelConfig& config, float scale) {
-  ModelWeights random;
-  EXPECT_TRUE(MakeRandomWeights(config, &random).ok());
-  ModelWeights w;
-  for (const auto& kv : random.tensors()) {
-    std::vector<float> values(kv.second.data, kv.second.data + kv.second.num_elements());
-    for (float& v : values) v *= scale;
-    w.Add(kv.first, kv.second.shape, std::move(values));
-  }
-  w.ComputeVersion();
-  return w;
-}
+using testing::ScaledWeights;
 
 ModelWeights CopyWeights(const ModelWeights& from) {
   ModelWeights w;

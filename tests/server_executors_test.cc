@@ -26,12 +26,7 @@ using server_test::SendRank;
 constexpr float kTolerance = 1e-5f;
 
 ServerConfig TestConfig() {
-  ServerConfig c;
-  c.grpc_address = "127.0.0.1:0";
-  c.metrics_address = "";
-  c.device = "cpu";
-  c.cpu_threads = 1;
-  c.drain_linger_ms = 0;
+  ServerConfig c = server_test::LoopbackCpuConfig();
   c.batching.max_queue_delay_us = 0;
   c.batching.max_batch_requests = 2;
   return c;

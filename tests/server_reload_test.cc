@@ -51,11 +51,7 @@ class ServerReloadTest : public ::testing::Test {
     root_ = dir_template;
     repo_ = root_ + "/repo";
     ASSERT_EQ(mkdir(repo_.c_str(), 0755), 0);
-    config_.grpc_address = "127.0.0.1:0";
-    config_.metrics_address = "";
-    config_.device = "cpu";
-    config_.cpu_threads = 1;
-    config_.drain_linger_ms = 0;
+    config_ = server_test::LoopbackCpuConfig();
     config_.batching.max_queue_delay_us = 500;
   }
 

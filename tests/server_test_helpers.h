@@ -24,6 +24,7 @@
 #include "process_util.h"
 #include "server/rank_request.h"
 #include "server/metrics.h"
+#include "server/server_config.h"
 
 namespace jagrank {
 namespace server_test {
@@ -41,6 +42,18 @@ inline ModelConfig SmallModelConfig() {
   c.bottom_mlp = {32, 16};
   c.top_mlp = {32, 1};
   c.seed = 7;
+  return c;
+}
+
+// A server config for tests: loopback on any free port, no metrics, the CPU
+// backend on one thread, no linger after a drain.
+inline ServerConfig LoopbackCpuConfig() {
+  ServerConfig c;
+  c.grpc_address = "127.0.0.1:0";
+  c.metrics_address = "";
+  c.device = "cpu";
+  c.cpu_threads = 1;
+  c.drain_linger_ms = 0;
   return c;
 }
 
