@@ -57,33 +57,23 @@ struct CpuPass {
 class CpuModel;
 
 // The CPU attention strategies (model/forward.h AttentionStep).
-class CpuJagged final : public AttentionStep<CpuPass> {
+class CpuJagged final : public BackendAttention<CpuPass, CpuModel, /*kPadded=*/false> {
  public:
-  explicit CpuJagged(CpuModel* model) : m_(model) {}
-  int64_t BatchCost(int64_t r, int64_t sum_sq, int64_t longest) const override {
-    return JaggedAttentionCost(r, sum_sq, longest);
-  }
+  using BackendAttention::BackendAttention;
   Status SelfAttention(CpuPass* pass) override;
   Status TargetAttention(CpuPass* pass) override;
-
- private:
-  CpuModel* const m_;
 };
 
 // Both padded strategies pad h to [R, N, d] and keep z padded; they differ
 // in the attention core (masked flash-style kernel vs materialised scores).
-class CpuPadded : public AttentionStep<CpuPass> {
+class CpuPadded : public BackendAttention<CpuPass, CpuModel, /*kPadded=*/true> {
  public:
-  explicit CpuPadded(CpuModel* model) : m_(model) {}
-  int64_t BatchCost(int64_t r, int64_t sum_sq, int64_t longest) const override {
-    return PaddedAttentionCost(r, sum_sq, longest);
-  }
+  using BackendAttention::BackendAttention;
   Status SelfAttention(CpuPass* pass) override;
 
  protected:
   // MHA over the padded hp [R, N, d] into op [R, N, d].
   virtual Status SelfAttentionCore(CpuPass* pass, const float* hp, float* op) = 0;
-  CpuModel* const m_;
 };
 
 class CpuPaddedFlash final : public CpuPadded {

@@ -132,17 +132,11 @@ class CudaPaddedFlash final : public CudaFlash {
 
 // The dense baseline: histories and candidates padded, the score matrix
 // materialised, masked softmax, batched GEMMs.
-class CudaPaddedDense final : public AttentionStep<CudaPass> {
+class CudaPaddedDense final : public BackendAttention<CudaPass, CudaModel, /*kPadded=*/true> {
  public:
-  explicit CudaPaddedDense(CudaModel* model) : m_(model) {}
-  int64_t BatchCost(int64_t r, int64_t sum_sq, int64_t longest) const override {
-    return PaddedAttentionCost(r, sum_sq, longest);
-  }
+  using BackendAttention::BackendAttention;
   Status SelfAttention(CudaPass* pass) override;
   Status TargetAttention(CudaPass* pass) override;
-
- private:
-  CudaModel* const m_;
 };
 
 class CudaModel final : public Model, public ForwardSteps<CudaPass> {

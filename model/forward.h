@@ -52,6 +52,21 @@ class AttentionStep {
   virtual Status TargetAttention(Pass* pass) = 0;
 };
 
+// A strategy object of backend model `Backend`, jagged or padded, with that
+// layout's batch cost.
+template <typename Pass, typename Backend, bool kPadded>
+class BackendAttention : public AttentionStep<Pass> {
+ public:
+  explicit BackendAttention(Backend* model) : m_(model) {}
+  int64_t BatchCost(int64_t requests, int64_t sum_of_squares, int64_t longest) const override {
+    return kPadded ? PaddedAttentionCost(requests, sum_of_squares, longest)
+                   : JaggedAttentionCost(requests, sum_of_squares, longest);
+  }
+
+ protected:
+  Backend* const m_;
+};
+
 // The steps of the forward pass that do not depend on the strategy.
 template <typename Pass>
 class ForwardSteps {
