@@ -200,7 +200,7 @@ TEST(DeployTest, NoReferenceToDocumentsOutsideTheRepository) {
   for (const std::string& file : files) {
     const std::string text = ReadFile(file);
     EXPECT_EQ(text.find("DESIGN.md"), std::string::npos) << file;
-    EXPECT_EQ(text.find("../shared"), std::string::npos) << file;
+    EXPECT_EQ(text.find(std::string("..") + "/shared"), std::string::npos) << file;
   }
 }
 
