@@ -157,6 +157,12 @@ class HostileConnection {
 // 110 MiB above the start here while over 1 GiB went through), and a normal
 // call meanwhile answers in well under a second.
 TEST(ServerHostileTest, UnfinishedLargeMessagesStayWithinTheMemoryQuota) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Under a sanitizer the process's RSS also holds the freed-memory
+  // quarantine and shadow memory, so it does not measure what gRPC holds;
+  // the bound is checked by the plain build (make test).
+  GTEST_SKIP() << "RSS bound not meaningful under a sanitizer";
+#endif
   constexpr int64_t kQuotaBytes = 64ll << 20;
   constexpr int64_t kSlackBytes = 128ll << 20;
   constexpr int64_t kSafetyStopBytes = 1ll << 30;  // RSS growth at which an unbounded server is stopped
