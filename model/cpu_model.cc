@@ -129,8 +129,9 @@ class CpuModel final : public Model, public ForwardSteps<CpuPass> {
     std::vector<int> request_columns, candidate_columns;
     DotInteractionSplitColumns(NumSparse(), d, &request_columns, &candidate_columns);
     const MlpLayer& first = top_.front();
-    top1_request_w_ = GatherColumns(first.weight, first.out, first.in, request_columns);
-    top1_candidate_w_ = GatherColumns(first.weight, first.out, first.in, candidate_columns);
+    top1_request_w_ = GatherColumns(first.weight, first.out, first.in, request_columns, request_columns.size());
+    top1_candidate_w_ =
+        GatherColumns(first.weight, first.out, first.in, candidate_columns, candidate_columns.size());
     top_rest_.assign(top_.begin() + 1, top_.end());
     weights_bytes_ = weights_.total_bytes() +
                      static_cast<int64_t>((wqkv_.size() + top1_request_w_.size() + top1_candidate_w_.size()) *
@@ -175,16 +176,6 @@ class CpuModel final : public Model, public ForwardSteps<CpuPass> {
 
   const float* T(const std::string& name) const { return weights_.Find(name)->data; }
   int NumSparse() const { return static_cast<int>(config_.sparse_features.size()); }
-  // w [rows, cols] -> [rows, columns.size()] keeping `columns` in order.
-  static std::vector<float> GatherColumns(const float* w, int rows, int cols, const std::vector<int>& columns) {
-    std::vector<float> out(static_cast<size_t>(rows) * columns.size());
-    for (int r = 0; r < rows; ++r) {
-      for (size_t j = 0; j < columns.size(); ++j) {
-        out[r * columns.size() + j] = w[static_cast<size_t>(r) * cols + columns[j]];
-      }
-    }
-    return out;
-  }
   Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out);
   // LinearCpu on the backend's threads (options_.cpu_threads).
   Status RunLinear(LinearParams p) const;

@@ -97,11 +97,16 @@ struct CudaPass {
   const float* z = nullptr; // jagged [T, d] or padded [R, N, d]
   int64_t z_rows = 0;
   float* u = nullptr;       // [C, d]
-  float* inter = nullptr;   // [C, d + n(n-1)/2]
+  float* request_part = nullptr;    // [R, request stride]: x and the request's own pairs
+  float* candidate_part = nullptr;  // [C, candidate stride]: the pairs with u_c or e_c
   float* logits = nullptr;  // [C] -> scores after the sigmoid
 };
 
 class CudaModel;
+
+// The split first top-MLP layer's input widths are padded to a multiple of
+// this (zero columns): 16-byte aligned rows for the GEMMs, in float32 and bf16.
+constexpr int kSplitWidthAlign = 8;
 
 // Jagged and padded_flash run the same flash kernel: over the jagged [T, d]
 // histories, or over histories padded to [R, N, d] with each request's valid
@@ -241,7 +246,13 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   CudaStream stream_;       // compute stream (Run)
   CudaStream copy_stream_;  // H2D copies of staged batches (Stage)
   int64_t weights_bytes_ = 0;
-  std::vector<MlpLayer> bottom_, top_;
+  std::vector<MlpLayer> bottom_;
+  // The top MLP: its first layer split by the interaction's columns
+  // (W1 [x, t] = W_req r_req + W_cand r_cand, see TopMlp), each part's
+  // width padded to a multiple of kSplitWidthAlign (zero columns), then the
+  // rest of the layers.
+  MlpLayer top1_request_ = {}, top1_candidate_ = {};
+  std::vector<MlpLayer> top_rest_;
   std::vector<const void*> sparse_tables_;
   const void* item_table_ = nullptr;
   const void* position_table_ = nullptr;
@@ -314,13 +325,32 @@ Status CudaModel::Init(const ModelWeights& w) {
     bottom_.push_back(layer);
     in = layer.out;
   }
-  in = config_.top_mlp_input_width();
-  for (size_t i = 0; i < config_.top_mlp.size(); ++i) {
+  {
+    const int d = config_.embedding_dim;
+    const int out = config_.top_mlp[0];
+    std::vector<int> request_columns, candidate_columns;
+    DotInteractionSplitColumns(static_cast<int>(config_.sparse_features.size()), d, &request_columns,
+                               &candidate_columns);
+    const WeightTensor& w1 = *w.Find("top_mlp.0.weight");
+    auto upload_part = [&](const std::vector<int>& columns, MlpLayer* layer) -> Status {
+      const size_t stride = (columns.size() + kSplitWidthAlign - 1) / kSplitWidthAlign * kSplitWidthAlign;
+      const std::vector<float> part = GatherColumns(w1.data, out, config_.top_mlp_input_width(), columns, stride);
+      void* p = nullptr;
+      RETURN_IF_ERROR(Upload(part.data(), part.size() * sizeof(float), &p));
+      *layer = {static_cast<const float*>(p), nullptr, static_cast<int>(stride), out};
+      return Status::Ok();
+    };
+    RETURN_IF_ERROR(upload_part(request_columns, &top1_request_));
+    RETURN_IF_ERROR(upload_part(candidate_columns, &top1_candidate_));
+    RETURN_IF_ERROR(UploadF32(*w.Find("top_mlp.0.bias"), &top1_request_.bias));  // added once per request
+  }
+  in = config_.top_mlp[0];
+  for (size_t i = 1; i < config_.top_mlp.size(); ++i) {
     const std::string p = "top_mlp." + std::to_string(i);
     MlpLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
-    top_.push_back(layer);
+    top_rest_.push_back(layer);
     in = layer.out;
   }
   for (const SparseFeatureConfig& f : config_.sparse_features) {
@@ -586,8 +616,9 @@ Status CudaModel::PoolSparseFeatures(CudaPass* pass) {
   const int R = pass->num_requests;
   const int d = config_.embedding_dim;
   RETURN_IF_ERROR(Alloc(size_t(F) * R * d, &pass->pooled));
+  std::vector<EmbeddingBagParams> bags(F);
   for (int f = 0; f < F; ++f) {
-    EmbeddingBagParams p = {};
+    EmbeddingBagParams& p = bags[f];
     p.ids = reinterpret_cast<const int64_t*>(pass->dev + pass->slot->at_sparse_ids[f]);
     p.offsets = reinterpret_cast<const int32_t*>(pass->dev + pass->slot->at_sparse_offsets[f]);
     p.batch = R;
@@ -596,9 +627,8 @@ Status CudaModel::PoolSparseFeatures(CudaPass* pass) {
     p.num_rows = config_.sparse_features[f].num_rows;
     p.dim = d;
     p.out = pass->pooled + size_t(f) * R * d;
-    RETURN_IF_ERROR(EmbeddingBagCuda(p, stream_.get()));
   }
-  return Status::Ok();
+  return EmbeddingBagsCuda(bags.data(), F, stream_.get());
 }
 
 // 5. Candidate embeddings e [C, d].
@@ -643,9 +673,12 @@ Status CudaModel::NoHistory(CudaPass* pass) {
   return Status::Ok();
 }
 
-// 7. Interaction [C, d + n(n-1)/2], request vectors read through candidate offsets.
+// 7. Interaction, split by what each column depends on
+// (DotInteractionSplitColumns): the request rows [R, request stride] once
+// per request, the candidate rows [C, candidate stride] per candidate.
 Status CudaModel::Interaction(CudaPass* pass) {
-  RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * config_.top_mlp_input_width(), &pass->inter));
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_requests) * top1_request_.in, &pass->request_part));
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_candidate_.in, &pass->candidate_part));
   DotInteractionParams p = {};
   p.x = pass->x;
   p.pooled = pass->pooled;
@@ -656,14 +689,39 @@ Status CudaModel::Interaction(CudaPass* pass) {
   p.num_requests = pass->num_requests;
   p.num_candidates = pass->num_candidates;
   p.dim = config_.embedding_dim;
-  p.out = pass->inter;
-  return DotInteractionCuda(p, stream_.get());
+  return DotInteractionSplitCuda(p, pass->request_part, top1_request_.in, pass->candidate_part,
+                                 top1_candidate_.in, stream_.get());
 }
 
-// 8. Top MLP and sigmoid: pass->logits holds the scores on the device.
+// 8. Top MLP and sigmoid: pass->logits holds the scores on the device. The
+// first layer is W1 [x, t] + b1 = W_req r_req + W_cand r_cand + b1 (the same
+// sum in another order): a = W_req r_req + b1 once per request, repeated
+// over the request's candidates, then W_cand r_cand added in place with the
+// ReLU (55 of 534 input columns per candidate for the production model).
 Status CudaModel::TopMlp(CudaPass* pass) {
-  RETURN_IF_ERROR(Mlp(top_, /*relu_last=*/false, pass->inter, pass->num_candidates, &pass->logits));
-  return SigmoidInPlaceCuda(pass->logits, pass->num_candidates, stream_.get());
+  const int R = pass->num_requests;
+  const int C = pass->num_candidates;
+  const int out = top1_request_.out;
+  float* request_top1 = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(R) * out, &request_top1));
+  RETURN_IF_ERROR(RunLinear(MlpLayerParams(top1_request_, /*relu=*/false, pass->request_part, R, request_top1)));
+  float* top1 = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(C) * out, &top1));
+  RepeatRowsParams repeat = {};
+  repeat.rows = request_top1;
+  repeat.offsets = pass->cand_offsets;
+  repeat.batch = R;
+  repeat.max_len = pass->max_candidates;
+  repeat.width = out;
+  repeat.dtype = DType::kFloat32;
+  repeat.values = top1;
+  RETURN_IF_ERROR(RepeatRowsCuda(repeat, stream_.get()));
+  LinearParams candidate = MlpLayerParams(top1_candidate_, /*relu=*/!top_rest_.empty(), pass->candidate_part, C, top1);
+  candidate.accumulate = true;
+  RETURN_IF_ERROR(RunLinear(candidate));
+  pass->logits = top1;
+  if (!top_rest_.empty()) RETURN_IF_ERROR(Mlp(top_rest_, /*relu_last=*/false, top1, C, &pass->logits));
+  return SigmoidInPlaceCuda(pass->logits, C, stream_.get());
 }
 
 Status CudaModel::PadHistory(const CudaPass& pass, float** out) {

@@ -9,6 +9,7 @@
 #define JAGRANK_MODEL_FORWARD_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/linear/linear_params.h"
@@ -36,6 +37,18 @@ inline LinearParams MlpLayerParams(const MlpLayer& layer, bool relu, const float
   p.k = layer.in;
   p.y = y;
   return p;
+}
+
+// w [rows, cols] -> [rows, stride]: the given columns in order, then zeros
+// up to stride (>= columns.size()). The top MLP's first layer split by the
+// interaction's columns (DotInteractionSplitColumns), padded for aligned GEMMs.
+inline std::vector<float> GatherColumns(const float* w, int rows, int cols, const std::vector<int>& columns,
+                                        size_t stride) {
+  std::vector<float> out(static_cast<size_t>(rows) * stride, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    for (size_t j = 0; j < columns.size(); ++j) out[r * stride + j] = w[static_cast<size_t>(r) * cols + columns[j]];
+  }
+  return out;
 }
 
 // A strategy's two attention steps on one backend, and its batch cost.

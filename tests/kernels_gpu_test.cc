@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -211,6 +212,58 @@ TEST_F(KernelsGpuTest, EmbeddingBagMatchesCpu) {
   }
 }
 
+// Many bag sums in one call: 40 features (two launches of at most 32),
+// batches differing per feature (one empty), and a set with a different dim
+// (one launch per bag): each equal to EmbeddingBagCpu's.
+TEST_F(KernelsGpuTest, EmbeddingBagsMatchCpuPerFeature) {
+  std::mt19937_64 rng(12);
+  for (const bool mixed_dims : {false, true}) {
+    const int features = 40;
+    const int64_t rows = 501;
+    std::vector<std::unique_ptr<Operand>> tables;
+    std::vector<std::vector<int64_t>> ids(features);
+    std::vector<std::vector<int32_t>> offsets(features);
+    std::vector<std::vector<float>> expected(features);
+    std::vector<std::unique_ptr<DeviceArray<int64_t>>> d_ids;
+    std::vector<std::unique_ptr<DeviceArray<int32_t>>> d_offsets;
+    std::vector<std::unique_ptr<DeviceArray<float>>> d_out;
+    std::vector<EmbeddingBagParams> bags(features);
+    for (int f = 0; f < features; ++f) {
+      const int dim = mixed_dims && f == 7 ? 40 : 64;
+      const int batch = f == 3 ? 0 : 1 + f * 5;
+      tables.push_back(std::make_unique<Operand>(RandomFloats(rng, rows * dim), DType::kBFloat16));
+      offsets[f] = OffsetsFromLengths(RandomLengths(rng, batch, 9));
+      ids[f] = RandomIds(rng, offsets[f].back());
+      expected[f].resize(static_cast<size_t>(batch) * dim);
+      EmbeddingBagParams& p = bags[f];
+      p.batch = batch;
+      p.table_dtype = DType::kBFloat16;
+      p.num_rows = rows;
+      p.dim = dim;
+      p.ids = ids[f].data();
+      p.offsets = offsets[f].data();
+      p.table = tables[f]->host();
+      p.out = expected[f].data();
+      ASSERT_STATUS_OK(EmbeddingBagCpu(p));
+      d_ids.push_back(std::make_unique<DeviceArray<int64_t>>(ids[f]));
+      d_offsets.push_back(std::make_unique<DeviceArray<int32_t>>(offsets[f]));
+      d_out.push_back(std::make_unique<DeviceArray<float>>(expected[f].size()));
+      d_out[f]->Poison();
+      p.ids = d_ids[f]->data();
+      p.offsets = d_offsets[f]->data();
+      p.table = tables[f]->device();
+      p.out = d_out[f]->data();
+    }
+    ASSERT_STATUS_OK(EmbeddingBagsCuda(bags.data(), features, stream_));
+    Sync();
+    for (int f = 0; f < features; ++f) {
+      const auto got = d_out[f]->ToHost();
+      EXPECT_EQ(CountNonFinite(got), 0);
+      EXPECT_LT(RelativeError(got, expected[f]), 1e-6) << "feature " << f << " mixed dims " << mixed_dims;
+    }
+  }
+}
+
 TEST_F(KernelsGpuTest, GatherRowsMatchesCpu) {
   std::mt19937_64 rng(12);
   for (DType dtype : kDTypes) {
@@ -376,6 +429,113 @@ TEST_F(KernelsGpuTest, DotInteractionMatchesCpu) {
   }
 }
 
+// The split form (what the CUDA model runs): request rows and candidate rows
+// padded to strides, against DotInteractionSplitCpu; the production model's
+// 26 features (27 request vectors: two rounds of 16 in the candidate
+// kernel), dims off the warp size, requests without candidates.
+TEST_F(KernelsGpuTest, DotInteractionSplitMatchesCpuWithZeroPadding) {
+  std::mt19937_64 rng(15);
+  const int shapes[][2] = {{0, 8}, {1, 31}, {6, 64}, {15, 64}, {16, 33}, {26, 128}, {40, 100}};
+  for (const auto& shape : shapes) {
+    const int num_sparse = shape[0], dim = shape[1];
+    for (const auto& [num_requests, max_candidates] : {std::pair{1, 150}, {37, 150}, {300, 3}}) {
+      const auto offsets = OffsetsFromLengths(RandomLengths(rng, num_requests, max_candidates));
+      const int num_candidates = offsets.back();
+      const auto x = RandomFloats(rng, static_cast<size_t>(num_requests) * dim);
+      const auto pooled = RandomFloats(rng, static_cast<size_t>(num_sparse) * num_requests * dim);
+      const auto u = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
+      const auto e = RandomFloats(rng, static_cast<size_t>(num_candidates) * dim);
+      const int m = num_sparse + 1;
+      const int request_width = dim + m * (m - 1) / 2, candidate_width = 2 * m + 1;
+      const int request_stride = request_width + 3, candidate_stride = candidate_width + 5;
+      DotInteractionParams p = {};
+      p.num_sparse = num_sparse;
+      p.num_requests = num_requests;
+      p.num_candidates = num_candidates;
+      p.dim = dim;
+      p.x = x.data();
+      p.pooled = num_sparse > 0 ? pooled.data() : nullptr;
+      p.u = u.data();
+      p.e = e.data();
+      p.candidate_offsets = offsets.data();
+      std::vector<float> request_cpu(static_cast<size_t>(num_requests) * request_width);
+      std::vector<float> candidate_cpu(static_cast<size_t>(num_candidates) * candidate_width);
+      ASSERT_STATUS_OK(DotInteractionSplitCpu(p, request_cpu.data(), candidate_cpu.data()));
+      // The CPU rows at the strides, zeros in the padding.
+      std::vector<float> request_expected(static_cast<size_t>(num_requests) * request_stride, 0.0f);
+      std::vector<float> candidate_expected(static_cast<size_t>(num_candidates) * candidate_stride, 0.0f);
+      for (int r = 0; r < num_requests; ++r) {
+        std::copy_n(request_cpu.begin() + size_t(r) * request_width, request_width,
+                    request_expected.begin() + size_t(r) * request_stride);
+      }
+      for (int c = 0; c < num_candidates; ++c) {
+        std::copy_n(candidate_cpu.begin() + size_t(c) * candidate_width, candidate_width,
+                    candidate_expected.begin() + size_t(c) * candidate_stride);
+      }
+
+      const DeviceArray<float> d_x(x), d_pooled(pooled), d_u(u), d_e(e);
+      const DeviceArray<int32_t> d_offsets(offsets);
+      DeviceArray<float> d_request(request_expected.size()), d_candidate(candidate_expected.size());
+      d_request.Poison();
+      d_candidate.Poison();
+      p.x = d_x.data();
+      p.pooled = d_pooled.data();
+      p.u = d_u.data();
+      p.e = d_e.data();
+      p.candidate_offsets = d_offsets.data();
+      ASSERT_STATUS_OK(DotInteractionSplitCuda(p, d_request.data(), request_stride, d_candidate.data(),
+                                               candidate_stride, stream_));
+      Sync();
+      const auto request_got = d_request.ToHost();
+      const auto candidate_got = d_candidate.ToHost();
+      EXPECT_EQ(CountNonFinite(request_got), 0);
+      EXPECT_EQ(CountNonFinite(candidate_got), 0);
+      EXPECT_LT(RelativeError(request_got, request_expected), 1e-5) << "F " << num_sparse << " dim " << dim;
+      EXPECT_LT(RelativeError(candidate_got, candidate_expected), 1e-5)
+          << "F " << num_sparse << " dim " << dim << " requests " << num_requests;
+      for (int r = 0; r < num_requests; ++r) {
+        for (int i = request_width; i < request_stride; ++i) ASSERT_EQ(request_got[size_t(r) * request_stride + i], 0.0f);
+      }
+      for (int c = 0; c < num_candidates; ++c) {
+        for (int i = candidate_width; i < candidate_stride; ++i) {
+          ASSERT_EQ(candidate_got[size_t(c) * candidate_stride + i], 0.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, RepeatRowsMatchesCpu) {
+  std::mt19937_64 rng(16);
+  for (const int width : {1, 37, 1024}) {
+    const int batch = 45;
+    const auto lengths = RandomLengths(rng, batch, 40);
+    const auto offsets = OffsetsFromLengths(lengths);
+    const int max_len = *std::max_element(lengths.begin(), lengths.end());
+    const auto rows = RandomFloats(rng, static_cast<size_t>(batch) * width);
+    std::vector<float> expected(static_cast<size_t>(offsets.back()) * width);
+    RepeatRowsParams p = {};
+    p.rows = rows.data();
+    p.offsets = offsets.data();
+    p.batch = batch;
+    p.max_len = max_len;
+    p.width = width;
+    p.dtype = DType::kFloat32;
+    p.values = expected.data();
+    ASSERT_STATUS_OK(RepeatRowsCpu(p));
+    const DeviceArray<float> d_rows(rows);
+    const DeviceArray<int32_t> d_offsets(offsets);
+    DeviceArray<float> d_values(expected.size());
+    d_values.Poison();
+    p.rows = d_rows.data();
+    p.offsets = d_offsets.data();
+    p.values = d_values.data();
+    ASSERT_STATUS_OK(RepeatRowsCuda(p, stream_));
+    Sync();
+    EXPECT_EQ(d_values.ToHost(), expected) << "width " << width;
+  }
+}
+
 // -------------------------------------------------------------------- padded
 
 TEST_F(KernelsGpuTest, JaggedPaddedRoundTripMatchesCpuBitForBit) {
@@ -534,11 +694,15 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
     const auto w = RandomFloats(rng, static_cast<size_t>(s.n) * s.k);
     const auto bias = RandomFloats(rng, s.n);
     const DeviceArray<float> d_x(x), d_w(w), d_bias(bias);
+    // accumulate: y += x W^T (+ b) over a y that starts as y0, ReLU on the sum.
+    const auto y0 = RandomFloats(rng, static_cast<size_t>(s.m) * s.n);
     for (bool with_bias : {false, true}) {
       for (bool relu : {false, true}) {
-        for (int variant = 0; variant < 3; ++variant) {  // fp32; TF32; TF32 with a workspace
+        for (int variant = 0; variant < 4; ++variant) {  // fp32; TF32; TF32 with a workspace; accumulate
           const bool tf32 = variant > 0;
+          const bool accumulate = variant == 3;
           LinearParams p = {};
+          p.accumulate = accumulate;
           if (variant == 2) {
             p.workspace = workspace.data();
             p.workspace_bytes = kLinearWorkspaceBytes;
@@ -548,6 +712,7 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
           p.n = s.n;
           p.k = s.k;
           std::vector<float> expected(static_cast<size_t>(s.m) * s.n);
+          if (accumulate) expected = y0;
           p.x = x.data();
           p.weight = w.data();
           p.maybe_bias = with_bias ? bias.data() : nullptr;
@@ -556,6 +721,9 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
 
           DeviceArray<float> d_y(expected.size());
           d_y.Poison();
+          if (accumulate) {
+            ASSERT_EQ(cudaMemcpy(d_y.data(), y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+          }
           p.x = d_x.data();
           p.weight = d_w.data();
           p.maybe_bias = with_bias ? d_bias.data() : nullptr;
@@ -568,6 +736,9 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
           EXPECT_LT(RelativeError(got, expected), tf32 ? 5e-3 : 1e-5)
               << "m " << s.m << " n " << s.n << " k " << s.k << " bias " << with_bias << " relu " << relu
               << " variant " << variant;
+          if (accumulate) {
+            EXPECT_GT(RelativeError(got, y0), 1e-2) << "the sum must differ from y0";
+          }
           if (relu) {
             for (float y : got) ASSERT_GE(y, 0.0f);
           }

@@ -86,6 +86,28 @@ TEST(JaggedPaddedTest, RejectsSequenceLongerThanMaxLen) {
 
 // Self-attention over random jagged lengths, run padded: expected output from
 // a double softmax over each sequence's true keys.
+// Each request's row repeated over its candidates: lengths 2, 0, 3.
+TEST(RepeatRowsTest, RepeatsEachRowOverItsSequence) {
+  const std::vector<float> rows = {1, 2, 3, 4, 5, 6};  // [3, 2]
+  const std::vector<int32_t> offsets = {0, 2, 2, 5};
+  std::vector<float> values(10, -1.0f);
+  RepeatRowsParams p = {};
+  p.rows = rows.data();
+  p.offsets = offsets.data();
+  p.batch = 3;
+  p.max_len = 3;
+  p.width = 2;
+  p.dtype = DType::kFloat32;
+  p.values = values.data();
+  ASSERT_TRUE(RepeatRowsCpu(p).ok());
+  EXPECT_EQ(values, (std::vector<float>{1, 2, 1, 2, 5, 6, 5, 6, 5, 6}));
+  p.max_len = 2;  // a sequence of 3
+  EXPECT_TRUE(IsInvalidArgumentNaming(RepeatRowsCpu(p), "offsets"));
+  p.max_len = 3;
+  p.rows = nullptr;
+  EXPECT_TRUE(IsInvalidArgumentNaming(RepeatRowsCpu(p), "rows"));
+}
+
 TEST(PaddedDenseAttentionCpuTest, MatchesJaggedMathAndZeroesPadding) {
   std::mt19937_64 rng(41);
   const int batch = 11, heads = 2, dh = 32, n = 70;

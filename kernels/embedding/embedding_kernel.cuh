@@ -11,10 +11,13 @@
 namespace jagrank {
 namespace cuda {
 
-// grid.x * blockDim.y >= batch. out[b, c] = sum over the bag of table[row, c],
-// summed in id order like the CPU reference.
+// Bag b = blockIdx.x * blockDim.y + threadIdx.y of `params`: out[b, c] =
+// sum over the bag of table[row, c], summed in id order like the CPU
+// reference. The rows of kLoadsInFlight ids are loaded before any is added
+// (a bag's loads are independent; only the adds are ordered).
 template <typename T>
-__global__ void EmbeddingBagKernel(const EmbeddingBagParams params) {
+__device__ __forceinline__ void EmbeddingBagRows(const EmbeddingBagParams& params) {
+  constexpr int kLoadsInFlight = 4;
   const int b = blockIdx.x * blockDim.y + threadIdx.y;
   if (b >= params.batch) return;
   const T* table = static_cast<const T*>(params.table);
@@ -23,12 +26,32 @@ __global__ void EmbeddingBagKernel(const EmbeddingBagParams params) {
   float* out = params.out + static_cast<int64_t>(b) * params.dim;
   for (int c = threadIdx.x; c < params.dim; c += blockDim.x) {
     float sum = 0.0f;
-    for (int i = begin; i < end; ++i) {
-      const int64_t row = IdToRow(params.ids[i], params.num_rows);
-      sum += ToFloat(table[row * params.dim + c]);
+    int i = begin;
+    for (; i + kLoadsInFlight <= end; i += kLoadsInFlight) {
+      float v[kLoadsInFlight];
+#pragma unroll
+      for (int j = 0; j < kLoadsInFlight; ++j) {
+        v[j] = ToFloat(table[IdToRow(params.ids[i + j], params.num_rows) * params.dim + c]);
+      }
+#pragma unroll
+      for (int j = 0; j < kLoadsInFlight; ++j) sum += v[j];
     }
+    for (; i < end; ++i) sum += ToFloat(table[IdToRow(params.ids[i], params.num_rows) * params.dim + c]);
     out[c] = sum;
   }
+}
+
+// grid.x * blockDim.y >= batch.
+template <typename T>
+__global__ void EmbeddingBagKernel(const EmbeddingBagParams params) {
+  EmbeddingBagRows<T>(params);
+}
+
+// Several bags of one dtype in one launch: bag set blockIdx.y.
+// grid.x * blockDim.y >= the largest batch.
+template <typename T>
+__global__ void EmbeddingBagsKernel(const EmbeddingBagSet set) {
+  EmbeddingBagRows<T>(set.bags[blockIdx.y]);
 }
 
 // grid.x * blockDim.y >= count.

@@ -1,4 +1,5 @@
 // Launchers of the embedding family (declared in embedding.h).
+#include <algorithm>
 #include <string>
 
 #include "kernels/embedding/embedding_kernel.cuh"
@@ -33,6 +34,42 @@ Status EmbeddingBagCuda(const EmbeddingBagParams& params, cudaStream_t stream) {
     cuda::EmbeddingBagKernel<T><<<grid, block, 0, stream>>>(params);
     return CudaLaunchStatus("EmbeddingBagKernel");
   });
+}
+
+Status EmbeddingBagsCuda(const EmbeddingBagParams* bags, int count, cudaStream_t stream) {
+  if (count < 0) return Status::InvalidArgument("count = " + std::to_string(count) + ", must be >= 0");
+  if (count > 0 && bags == nullptr) return Status::InvalidArgument("bags: null");
+  bool uniform = true;
+  for (int i = 0; i < count; ++i) {
+    const EmbeddingBagParams& p = bags[i];
+    if (p.batch < 0) return Status::InvalidArgument("batch = " + std::to_string(p.batch) + ", must be >= 0");
+    RETURN_IF_ERROR(CheckTable(p.table, p.num_rows, p.dim, "table", "num_rows"));
+    if (p.batch > 0 && p.offsets == nullptr) return Status::InvalidArgument("offsets: null (needs batch + 1 entries)");
+    if (p.batch > 0 && p.out == nullptr) return Status::InvalidArgument("out: null");
+    uniform = uniform && p.table_dtype == bags[0].table_dtype && p.dim == bags[0].dim;
+  }
+  if (!uniform) {
+    for (int i = 0; i < count; ++i) RETURN_IF_ERROR(EmbeddingBagCuda(bags[i], stream));
+    return Status::Ok();
+  }
+  for (int first = 0; first < count; first += kMaxBagsPerLaunch) {
+    EmbeddingBagSet set = {};
+    set.count = std::min(kMaxBagsPerLaunch, count - first);
+    int max_batch = 0;
+    for (int i = 0; i < set.count; ++i) {
+      set.bags[i] = bags[first + i];
+      max_batch = std::max(max_batch, set.bags[i].batch);
+    }
+    if (max_batch == 0) continue;
+    const dim3 block = cuda::RowBlock(bags[0].dim);
+    const dim3 grid((max_batch + block.y - 1) / block.y, set.count);
+    RETURN_IF_ERROR(cuda::DispatchDType(bags[0].table_dtype, "table_dtype", [&](auto tag) {
+      using T = decltype(tag);
+      cuda::EmbeddingBagsKernel<T><<<grid, block, 0, stream>>>(set);
+      return CudaLaunchStatus("EmbeddingBagsKernel");
+    }));
+  }
+  return Status::Ok();
 }
 
 Status GatherRowsCuda(const GatherRowsParams& params, cudaStream_t stream) {

@@ -26,6 +26,14 @@ struct EmbeddingBagParams {
   float* out;               // [batch, dim]; every element written
 };
 
+// Up to kMaxBagsPerLaunch EmbeddingBagParams of one table dtype and dim,
+// run by one launch (EmbeddingBagsCuda): a model's pooled features.
+constexpr int kMaxBagsPerLaunch = 32;
+struct EmbeddingBagSet {
+  EmbeddingBagParams bags[kMaxBagsPerLaunch];
+  int count;
+};
+
 // e[c, :] = table[row(ids[c]), :] converted to float32.
 struct GatherRowsParams {
   const int64_t* ids;       // [count]

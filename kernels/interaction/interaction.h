@@ -38,6 +38,14 @@ Status DotInteractionSplitCpu(const DotInteractionParams& params, float* request
 // register kernel (57 us for ~36k candidates at n = 9, d = 64 on the H200);
 // more: a shared-memory kernel (95 us).
 Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t stream);
+
+// The split form on CUDA: request_out [num_requests, request_stride] and
+// candidate_out [num_candidates, candidate_stride], each row as
+// DotInteractionSplitCpu's followed by zeros up to the stride (so that a
+// GEMM over the rows can take aligned, padded widths). `out` is unused.
+// Strides below the widths are InvalidArgument.
+Status DotInteractionSplitCuda(const DotInteractionParams& params, float* request_out, int request_stride,
+                               float* candidate_out, int candidate_stride, cudaStream_t stream);
 #endif  // JAGRANK_WITH_CUDA
 
 }  // namespace jagrank

@@ -291,6 +291,111 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
   }
 }
 
+
+// ---- The split form (DotInteractionSplitColumns in interaction.h): the
+// request rows once per request, the candidate rows per candidate; the top
+// MLP's first layer then runs on each part separately.
+
+// Request row r = [x_r, v_a . v_b for a < b < m] (m = F + 1 request
+// vectors), then zeros up to `stride`. One block per request: its m vectors
+// staged in shared memory (row stride 1 mod 32, as DotInteractionKernel's),
+// each thread whole dot products. R blocks of m(m-1)/2 dots: a few us.
+__global__ void RequestPairsKernel(const DotInteractionParams params, float* out, int stride) {
+  extern __shared__ float smem[];
+  const int r = blockIdx.x;
+  const int dim = params.dim;
+  const int m = params.num_sparse + 1;
+  const int s = InteractionSmemStride(dim);
+  const int64_t feature_stride = static_cast<int64_t>(params.num_requests) * dim;
+  float* row = out + static_cast<int64_t>(r) * stride;
+  for (int a = 0; a < m; ++a) {
+    const float* src = a == 0 ? params.x + static_cast<int64_t>(r) * dim
+                              : params.pooled + (a - 1) * feature_stride + static_cast<int64_t>(r) * dim;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) {
+      const float value = __ldg(src + k);
+      smem[a * s + k] = value;
+      if (a == 0) row[k] = value;
+    }
+  }
+  __syncthreads();
+  const int num_pairs = m * (m - 1) / 2;
+  for (int q = threadIdx.x; q < num_pairs; q += blockDim.x) {
+    // Pair q in row-major order: row a holds pairs first(a) .. first(a) + m - 2 - a.
+    int a = 0, first = 0;
+    while (q >= first + (m - 1 - a)) {
+      first += m - 1 - a;
+      ++a;
+    }
+    const int b = a + 1 + (q - first);
+    const float* va = smem + a * s;
+    const float* vb = smem + b * s;
+    float dot0 = 0.0f, dot1 = 0.0f;
+    int k = 0;
+    for (; k + 1 < dim; k += 2) {
+      dot0 = fmaf(va[k], vb[k], dot0);
+      dot1 = fmaf(va[k + 1], vb[k + 1], dot1);
+    }
+    if (k < dim) dot0 = fmaf(va[k], vb[k], dot0);
+    row[dim + q] = dot0 + dot1;
+  }
+  for (int k = dim + num_pairs + threadIdx.x; k < stride; k += blockDim.x) row[k] = 0.0f;
+}
+
+struct CandidatePairsTraits {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kVectorsPerRound = 16;  // 2 x 16 partials: one transposing butterfly
+};
+
+// Candidate row c = [v_a . u_c, v_a . e_c for a < m, u_c . e_c], then zeros
+// up to `stride`. One warp per candidate; lane j holds elements j, j + 32,
+// .. of u_c and e_c and forms partial dot products with the request's
+// vectors (read through the cache: a block's candidates mostly share a
+// request), 16 request vectors (32 dots) per round, which one transposing
+// butterfly (31 shuffles) leaves one dot per lane: lane j's is column
+// 2 * first + j, already the row's order.
+__global__ void __launch_bounds__(CandidatePairsTraits::kThreads)
+    CandidatePairsKernel(const DotInteractionParams params, float* out, int stride) {
+  constexpr int kRound = CandidatePairsTraits::kVectorsPerRound;
+  const int lane = threadIdx.x % 32;
+  const int c = blockIdx.x * CandidatePairsTraits::kWarps + threadIdx.x / 32;
+  if (c >= params.num_candidates) return;  // whole warps leave
+  const int dim = params.dim;
+  const int m = params.num_sparse + 1;
+  const int64_t r = RequestOfCandidate(params.candidate_offsets, params.num_requests, c);
+  const int64_t feature_stride = static_cast<int64_t>(params.num_requests) * dim;
+  const float* u = params.u + static_cast<int64_t>(c) * dim;
+  const float* e = params.e + static_cast<int64_t>(c) * dim;
+  float* row = out + static_cast<int64_t>(c) * stride;
+  float ue = 0.0f;
+  for (int first = 0; first < m; first += kRound) {
+    float part[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) part[i] = 0.0f;
+    for (int k0 = 0; k0 < dim; k0 += 32) {
+      const int k = k0 + lane;
+      const bool in = k < dim;
+      const float uk = in ? __ldg(u + k) : 0.0f;
+      const float ek = in ? __ldg(e + k) : 0.0f;
+      if (first == 0) ue = fmaf(uk, ek, ue);
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) {
+        const int a = first + j;
+        const float* v = a == 0 ? params.x + r * dim : params.pooled + (a - 1) * feature_stride + r * dim;
+        const float vk = in && a < m ? __ldg(v + k) : 0.0f;
+        part[2 * j] = fmaf(vk, uk, part[2 * j]);
+        part[2 * j + 1] = fmaf(vk, ek, part[2 * j + 1]);
+      }
+    }
+    const float dot = WarpTransposeSum(part, lane);
+    if (first + lane / 2 < m) row[2 * first + lane] = dot;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) ue += __shfl_xor_sync(0xffffffffu, ue, offset);
+  if (lane == 0) row[2 * m] = ue;
+  for (int k = 2 * m + 1 + lane; k < stride; k += 32) row[k] = 0.0f;
+}
+
 }  // namespace cuda
 }  // namespace jagrank
 

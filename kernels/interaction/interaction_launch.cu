@@ -70,4 +70,63 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   return CudaLaunchStatus("DotInteractionKernel");
 }
 
+Status DotInteractionSplitCuda(const DotInteractionParams& params, float* request_out, int request_stride,
+                               float* candidate_out, int candidate_stride, cudaStream_t stream) {
+  if (params.num_sparse < 0) {
+    return Status::InvalidArgument("num_sparse = " + std::to_string(params.num_sparse) + ", must be >= 0");
+  }
+  if (params.num_requests < 0) {
+    return Status::InvalidArgument("num_requests = " + std::to_string(params.num_requests) + ", must be >= 0");
+  }
+  if (params.num_candidates < 0) {
+    return Status::InvalidArgument("num_candidates = " + std::to_string(params.num_candidates) + ", must be >= 0");
+  }
+  if (params.dim <= 0) return Status::InvalidArgument("dim = " + std::to_string(params.dim) + ", must be > 0");
+  const int m = params.num_sparse + 1;
+  const int64_t request_width = params.dim + int64_t{m} * (m - 1) / 2;
+  const int candidate_width = 2 * m + 1;
+  if (request_stride < request_width) {
+    return Status::InvalidArgument("request_stride = " + std::to_string(request_stride) +
+                                   ", must be >= the request width " + std::to_string(request_width));
+  }
+  if (candidate_stride < candidate_width) {
+    return Status::InvalidArgument("candidate_stride = " + std::to_string(candidate_stride) +
+                                   ", must be >= the candidate width " + std::to_string(candidate_width));
+  }
+  if (params.num_candidates == 0) return Status::Ok();
+  if (params.num_requests == 0) {
+    return Status::InvalidArgument("num_requests = 0 with num_candidates = " +
+                                   std::to_string(params.num_candidates) + ": every candidate needs a request");
+  }
+  if (params.candidate_offsets == nullptr) return Status::InvalidArgument("candidate_offsets: null");
+  if (params.x == nullptr) return Status::InvalidArgument("x: null");
+  if (params.num_sparse > 0 && params.pooled == nullptr) return Status::InvalidArgument("pooled: null");
+  if (params.u == nullptr) return Status::InvalidArgument("u: null");
+  if (params.e == nullptr) return Status::InvalidArgument("e: null");
+  if (request_out == nullptr) return Status::InvalidArgument("request_out: null");
+  if (candidate_out == nullptr) return Status::InvalidArgument("candidate_out: null");
+
+  // The request vectors of one request in shared memory.
+  const int64_t smem_bytes = cuda::InteractionWarpSmemBytes(m, params.dim);
+  int device = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  int max_smem = 0;
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem_bytes > max_smem) {
+    return Status::Unimplemented("dot interaction: num_sparse + 1 = " + std::to_string(m) + " vectors of dim = " +
+                                 std::to_string(params.dim) + " floats (padded) = " + std::to_string(smem_bytes) +
+                                 " bytes of shared memory, above the device's " + std::to_string(max_smem));
+  }
+  if (smem_bytes > 48 * 1024) {
+    RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(cuda::RequestPairsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem_bytes)));
+  }
+  cuda::RequestPairsKernel<<<params.num_requests, 128, smem_bytes, stream>>>(params, request_out, request_stride);
+  RETURN_IF_ERROR(CudaLaunchStatus("RequestPairsKernel"));
+  using Traits = cuda::CandidatePairsTraits;
+  const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
+  cuda::CandidatePairsKernel<<<blocks, Traits::kThreads, 0, stream>>>(params, candidate_out, candidate_stride);
+  return CudaLaunchStatus("CandidatePairsKernel");
+}
+
 }  // namespace jagrank

@@ -53,4 +53,25 @@ Status PaddedToJaggedCpu(const PaddedToJaggedParams& params) {
   return Status::Ok();
 }
 
+Status RepeatRowsCpu(const RepeatRowsParams& params) {
+  const RepeatRowsParams& p = params;
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.batch, 0, "batch"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.max_len, 0, "max_len"));
+  RETURN_IF_ERROR(cpu::CheckAtLeast(p.width, 1, "width"));
+  RETURN_IF_ERROR(cpu::CheckDType(p.dtype, "dtype"));
+  RETURN_IF_ERROR(ValidateOffsets(p.offsets, p.batch, "offsets", -1, p.max_len));
+  if (p.offsets[p.batch] == 0) return Status::Ok();
+  RETURN_IF_ERROR(cpu::CheckNotNull(p.rows, "rows"));
+  RETURN_IF_ERROR(cpu::CheckNotNull(p.values, "values"));
+  const size_t row_bytes = static_cast<size_t>(p.width) * DTypeSize(p.dtype);
+  const char* src = static_cast<const char*>(p.rows);
+  char* dst = static_cast<char*>(p.values);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int32_t i = p.offsets[b]; i < p.offsets[b + 1]; ++i) {
+      std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(b) * row_bytes, row_bytes);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace jagrank

@@ -13,12 +13,14 @@ namespace jagrank {
 // CPU versions, both dtypes; InvalidArgument naming the field on bad input.
 Status JaggedToPaddedCpu(const JaggedToPaddedParams& params);
 Status PaddedToJaggedCpu(const PaddedToJaggedParams& params);
+Status RepeatRowsCpu(const RepeatRowsParams& params);
 
 #if JAGRANK_WITH_CUDA
 // CUDA launchers (conventions: kernels/cuda_ops.h). JaggedToPadded writes
 // every element of `padded` (zeros past len(b)).
 Status JaggedToPaddedCuda(const JaggedToPaddedParams& params, cudaStream_t stream);
 Status PaddedToJaggedCuda(const PaddedToJaggedParams& params, cudaStream_t stream);
+Status RepeatRowsCuda(const RepeatRowsParams& params, cudaStream_t stream);
 #endif  // JAGRANK_WITH_CUDA
 
 }  // namespace jagrank

@@ -40,6 +40,20 @@ __global__ void PaddedToJaggedKernel(const PaddedToJaggedParams params) {
   for (int64_t c = threadIdx.x; c < params.width; c += blockDim.x) dst[c] = src[c];
 }
 
+// Same grid as JaggedToPaddedKernel: thread (x, y) of block (b, chunk)
+// writes row i = chunk * blockDim.y + y of sequence b (when i < len(b)).
+template <typename Bits>
+__global__ void RepeatRowsKernel(const RepeatRowsParams params) {
+  const int b = blockIdx.x;
+  const int i = blockIdx.y * blockDim.y + threadIdx.y;
+  const int begin = params.offsets[b];
+  const int len = params.offsets[b + 1] - begin;
+  if (i >= len || i >= params.max_len) return;
+  const Bits* src = static_cast<const Bits*>(params.rows) + static_cast<int64_t>(b) * params.width;
+  Bits* dst = static_cast<Bits*>(params.values) + (static_cast<int64_t>(begin) + i) * params.width;
+  for (int64_t c = threadIdx.x; c < params.width; c += blockDim.x) dst[c] = src[c];
+}
+
 }  // namespace cuda
 }  // namespace jagrank
 

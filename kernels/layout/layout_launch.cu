@@ -54,4 +54,31 @@ Status PaddedToJaggedCuda(const PaddedToJaggedParams& params, cudaStream_t strea
   });
 }
 
+Status RepeatRowsCuda(const RepeatRowsParams& params, cudaStream_t stream) {
+  const RepeatRowsParams& p = params;
+  if (p.batch < 0) return Status::InvalidArgument("batch = " + std::to_string(p.batch) + ", must be >= 0");
+  if (p.max_len < 0) return Status::InvalidArgument("max_len = " + std::to_string(p.max_len) + ", must be >= 0");
+  if (p.width <= 0) return Status::InvalidArgument("width = " + std::to_string(p.width) + ", must be > 0");
+  if (p.batch == 0 || p.max_len == 0) return Status::Ok();
+  if (p.offsets == nullptr) return Status::InvalidArgument("offsets: null (needs batch + 1 entries)");
+  if (p.rows == nullptr) return Status::InvalidArgument("rows: null");
+  if (p.values == nullptr) return Status::InvalidArgument("values: null");
+  const dim3 block = cuda::RowBlock(p.width > (1 << 20) ? (1 << 20) : static_cast<int>(p.width));
+  const int64_t chunks = (int64_t{p.max_len} + block.y - 1) / block.y;
+  if (chunks > cuda::kMaxGridYZ) {
+    return Status::InvalidArgument("max_len = " + std::to_string(p.max_len) + " is above the grid limit " +
+                                   std::to_string(int64_t{cuda::kMaxGridYZ} * block.y));
+  }
+  const dim3 grid(p.batch, static_cast<unsigned>(chunks));
+  switch (p.dtype) {
+    case DType::kFloat32:
+      cuda::RepeatRowsKernel<uint32_t><<<grid, block, 0, stream>>>(p);
+      return CudaLaunchStatus("RepeatRowsKernel");
+    case DType::kBFloat16:
+      cuda::RepeatRowsKernel<uint16_t><<<grid, block, 0, stream>>>(p);
+      return CudaLaunchStatus("RepeatRowsKernel");
+  }
+  return Status::Unimplemented("dtype: unsupported value " + std::to_string(static_cast<int>(p.dtype)));
+}
+
 }  // namespace jagrank

@@ -32,6 +32,19 @@ struct PaddedToJaggedParams {
   void* values;              // [offsets[batch], width]
 };
 
+// values[offsets[b] + i, :] = rows[b, :] for i < len(b): each row repeated
+// over its sequence (a request's vector for each of its candidates). Every
+// len(b) <= max_len.
+struct RepeatRowsParams {
+  const void* rows;          // [batch, width] of dtype
+  const int32_t* offsets;    // [batch + 1]
+  int batch;                 // B >= 0
+  int max_len;               // the longest sequence, >= 0
+  int64_t width;             // elements per row, > 0
+  DType dtype;
+  void* values;              // [offsets[batch], width]
+};
+
 }  // namespace jagrank
 
 #endif  // JAGRANK_KERNELS_LAYOUT_LAYOUT_PARAMS_H_

@@ -172,7 +172,6 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
   if (params.m == 0) return Status::Ok();
   if (params.x == nullptr) return Status::InvalidArgument("x: null");
   if (params.y == nullptr) return Status::InvalidArgument("y: null");
-  if (params.accumulate) return Status::InvalidArgument("accumulate: the CUDA launcher does not support it");
   if (static_cast<const void*>(params.x) == static_cast<const void*>(params.y)) {
     return Status::InvalidArgument("y: aliases x");
   }
@@ -207,15 +206,16 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
   }
   if (!plan->has_algo) RETURN_IF_ERROR(ChooseAlgorithm(handle, key, params.m, plan));
 
+  // D = epilogue(x W^T + beta y (+ b)), in place over y.
   const float one = 1.0f;
-  const float zero = 0.0f;
+  const float beta = params.accumulate ? 1.0f : 0.0f;
   cublasStatus_t status =
-      cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &zero, params.y, plan->c,
+      cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &beta, params.y, plan->c,
                      params.y, plan->c, &plan->algo, params.workspace, key.workspace_bytes, stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
     // The class's algorithm does not cover this m: nothing was launched; ask for this m.
     RETURN_IF_ERROR(ChooseAlgorithm(handle, key, params.m, plan));
-    status = cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &zero, params.y,
+    status = cublasLtMatmul(handle, plan->op, &one, params.weight, plan->a, params.x, plan->b, &beta, params.y,
                             plan->c, params.y, plan->c, &plan->algo, params.workspace, key.workspace_bytes, stream);
   }
   RETURN_IF_CUBLAS_ERROR(status);

@@ -17,7 +17,7 @@ struct LinearParams {
   int n;                     // out features, > 0
   int k;                     // in features, > 0
   float* y;                  // [m, n]; must not alias x
-  bool accumulate;           // CPU only: y += x W^T (+ b) instead of y = ...; ReLU on the sum
+  bool accumulate;           // y += x W^T (+ b) instead of y = ...; ReLU on the sum
   // CUDA only, optional: cuBLASLt workspace on the device, used in stream
   // order (one per stream). 0 bytes limits cuBLASLt to kernels that need none.
   void* workspace;
