@@ -129,9 +129,9 @@ class CpuModel final : public Model, public ForwardSteps<CpuPass> {
     std::vector<int> request_columns, candidate_columns;
     DotInteractionSplitColumns(NumSparse(), d, &request_columns, &candidate_columns);
     const MlpLayer& first = top_.front();
-    top1_request_w_ = GatherColumns(first.weight, first.out, first.in, request_columns, request_columns.size());
+    top1_request_w_ = GatherColumns(static_cast<const float*>(first.weight), first.out, first.in, request_columns, request_columns.size());
     top1_candidate_w_ =
-        GatherColumns(first.weight, first.out, first.in, candidate_columns, candidate_columns.size());
+        GatherColumns(static_cast<const float*>(first.weight), first.out, first.in, candidate_columns, candidate_columns.size());
     top_rest_.assign(top_.begin() + 1, top_.end());
     weights_bytes_ = weights_.total_bytes() +
                      static_cast<int64_t>((wqkv_.size() + top1_request_w_.size() + top1_candidate_w_.size()) *

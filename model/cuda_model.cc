@@ -97,8 +97,9 @@ struct CudaPass {
   const float* z = nullptr; // jagged [T, d] or padded [R, N, d]
   int64_t z_rows = 0;
   float* u = nullptr;       // [C, d]
-  float* request_part = nullptr;    // [R, request stride]: x and the request's own pairs
-  float* candidate_part = nullptr;  // [C, candidate stride]: the pairs with u_c or e_c
+  float* inter = nullptr;           // [C, d + n(n-1)/2]: the whole rows (small n)
+  void* request_part = nullptr;     // [R, request stride]: x and the request's own pairs (split form)
+  void* candidate_part = nullptr;   // [C, candidate stride]: the pairs with u_c or e_c (split form)
   float* logits = nullptr;  // [C] -> scores after the sigmoid
 };
 
@@ -149,6 +150,7 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   CudaModel(const ModelConfig& config, const ModelOptions& options, int device, std::string version)
       : config_(config), options_(options), device_(device), version_(std::move(version)) {
     attn_dtype_ = options.cuda_bf16 ? DType::kBFloat16 : DType::kFloat32;
+    mlp_dtype_ = attn_dtype_;
     tf32_ = options.cuda_bf16;
     table_dtype_ = attn_dtype_;
     switch (options_.attention) {
@@ -193,6 +195,8 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   Status Upload(const void* host, size_t bytes, void** out);
   Status UploadF32(const WeightTensor& t, const float** out);
   Status UploadTable(const WeightTensor& t, const void** out);
+  // float32 [count] on the host -> the device in `dtype`.
+  Status UploadAs(const float* data, size_t count, DType dtype, const void** out);
   template <typename T>
   Status Alloc(size_t count, T** out) {
     void* p = nullptr;
@@ -211,13 +215,22 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   }
   // float32 [count] -> attention dtype (aliases `src` when that is float32).
   Status ToAttn(const float* src, int64_t count, const void** out);
+  // float32 [count] -> dtype (aliases `src` when that is float32).
+  Status ToDType(const float* src, int64_t count, DType dtype, const void** out);
   // attention dtype [count] -> float32 (aliases `src` when that is float32).
   Status FromAttn(const void* src, int64_t count, float** out);
   void FreeBatchWorkspace();
   Status PackAndCopy(const Batch& batch, StageSlot* slot);
   Status RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings);
-  Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out);
+  // layers over x [m, in] of `dtype` (weights of that dtype); every output
+  // in `dtype` but the last layer's, in last_dtype.
+  Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const void* x, int m, DType dtype,
+             DType last_dtype, void** out);
   Status Linear(const float* x, const float* w, int m, int n, int k, float* y);
+  // The split first top-MLP layer: *out_top1 [C, out] of out_dtype = (ReLU
+  // of) W_req r_req + b1 repeated over each request's candidates, plus
+  // W_cand r_cand.
+  Status SplitTop1(CudaPass* pass, bool relu, DType out_dtype, void** out_top1);
   // LinearCuda on stream_ with the model's cuBLASLt workspace.
   Status RunLinear(LinearParams p);
   // Pads h [T, d] to [R, N, d] (zeros past each length).
@@ -234,6 +247,10 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   std::string version_;
   std::unique_ptr<AttentionStep<CudaPass>> attention_;
   DType attn_dtype_, table_dtype_;
+  // The top MLP's weights and activations past the interaction (bf16 GEMM
+  // operands, float32 accumulation and bias, with cuda_bf16); the logits
+  // are float32.
+  DType mlp_dtype_;
   bool tf32_ = false;  // GEMMs in TF32 (with cuda_bf16)
   // Declared before everything that uses them, so destroyed after: the
   // streams' destructors wait for their work before the memory goes.
@@ -247,11 +264,13 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   CudaStream copy_stream_;  // H2D copies of staged batches (Stage)
   int64_t weights_bytes_ = 0;
   std::vector<MlpLayer> bottom_;
-  // The top MLP: its first layer split by the interaction's columns
-  // (W1 [x, t] = W_req r_req + W_cand r_cand, see TopMlp), each part's
-  // width padded to a multiple of kSplitWidthAlign (zero columns), then the
-  // rest of the layers.
-  MlpLayer top1_request_ = {}, top1_candidate_ = {};
+  // The top MLP: its first layer whole (top1_, small n: see
+  // DotInteractionCudaHasRegisterKernel) or split by the interaction's
+  // columns (W1 [x, t] = W_req r_req + W_cand r_cand, see TopMlp), each
+  // part's width padded to a multiple of kSplitWidthAlign (zero columns);
+  // then the rest of the layers.
+  bool split_top1_ = false;
+  MlpLayer top1_ = {}, top1_request_ = {}, top1_candidate_ = {};
   std::vector<MlpLayer> top_rest_;
   std::vector<const void*> sparse_tables_;
   const void* item_table_ = nullptr;
@@ -278,6 +297,19 @@ Status CudaModel::UploadF32(const WeightTensor& t, const float** out) {
   void* p = nullptr;
   RETURN_IF_ERROR(Upload(t.data, static_cast<size_t>(t.num_elements()) * sizeof(float), &p));
   *out = static_cast<const float*>(p);
+  return Status::Ok();
+}
+
+Status CudaModel::UploadAs(const float* data, size_t count, DType dtype, const void** out) {
+  void* p = nullptr;
+  if (dtype == DType::kFloat32) {
+    RETURN_IF_ERROR(Upload(data, count * sizeof(float), &p));
+  } else {
+    std::vector<uint16_t> bf16(count);
+    for (size_t i = 0; i < count; ++i) bf16[i] = FloatToBFloat16(data[i]);
+    RETURN_IF_ERROR(Upload(bf16.data(), count * sizeof(uint16_t), &p));
+  }
+  *out = p;
   return Status::Ok();
 }
 
@@ -320,12 +352,20 @@ Status CudaModel::Init(const ModelWeights& w) {
   for (size_t i = 0; i < config_.bottom_mlp.size(); ++i) {
     const std::string p = "bottom_mlp." + std::to_string(i);
     MlpLayer layer = {nullptr, nullptr, in, config_.bottom_mlp[i]};
-    RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
+    const WeightTensor& weight = *w.Find(p + ".weight");
+    RETURN_IF_ERROR(UploadAs(weight.data, weight.num_elements(), DType::kFloat32, &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
     bottom_.push_back(layer);
     in = layer.out;
   }
-  {
+  split_top1_ = !DotInteractionCudaHasRegisterKernel(static_cast<int>(config_.sparse_features.size()));
+  if (!split_top1_) {
+    // float32 (TF32 GEMM) over the interaction's float32 rows.
+    top1_ = {nullptr, nullptr, config_.top_mlp_input_width(), config_.top_mlp[0]};
+    const WeightTensor& weight = *w.Find("top_mlp.0.weight");
+    RETURN_IF_ERROR(UploadAs(weight.data, weight.num_elements(), DType::kFloat32, &top1_.weight));
+    RETURN_IF_ERROR(UploadF32(*w.Find("top_mlp.0.bias"), &top1_.bias));
+  } else {
     const int d = config_.embedding_dim;
     const int out = config_.top_mlp[0];
     std::vector<int> request_columns, candidate_columns;
@@ -335,10 +375,8 @@ Status CudaModel::Init(const ModelWeights& w) {
     auto upload_part = [&](const std::vector<int>& columns, MlpLayer* layer) -> Status {
       const size_t stride = (columns.size() + kSplitWidthAlign - 1) / kSplitWidthAlign * kSplitWidthAlign;
       const std::vector<float> part = GatherColumns(w1.data, out, config_.top_mlp_input_width(), columns, stride);
-      void* p = nullptr;
-      RETURN_IF_ERROR(Upload(part.data(), part.size() * sizeof(float), &p));
-      *layer = {static_cast<const float*>(p), nullptr, static_cast<int>(stride), out};
-      return Status::Ok();
+      *layer = {nullptr, nullptr, static_cast<int>(stride), out};
+      return UploadAs(part.data(), part.size(), mlp_dtype_, &layer->weight);
     };
     RETURN_IF_ERROR(upload_part(request_columns, &top1_request_));
     RETURN_IF_ERROR(upload_part(candidate_columns, &top1_candidate_));
@@ -348,7 +386,8 @@ Status CudaModel::Init(const ModelWeights& w) {
   for (size_t i = 1; i < config_.top_mlp.size(); ++i) {
     const std::string p = "top_mlp." + std::to_string(i);
     MlpLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
-    RETURN_IF_ERROR(UploadF32(*w.Find(p + ".weight"), &layer.weight));
+    const WeightTensor& weight = *w.Find(p + ".weight");
+    RETURN_IF_ERROR(UploadAs(weight.data, weight.num_elements(), mlp_dtype_, &layer.weight));
     RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
     top_rest_.push_back(layer);
     in = layer.out;
@@ -387,17 +426,21 @@ ModelMemory CudaModel::Memory() const {
 }
 
 Status CudaModel::ToAttn(const float* src, int64_t count, const void** out) {
-  if (attn_dtype_ == DType::kFloat32) {
+  return ToDType(src, count, attn_dtype_, out);
+}
+
+Status CudaModel::ToDType(const float* src, int64_t count, DType dtype, const void** out) {
+  if (dtype == DType::kFloat32) {
     *out = src;
     return Status::Ok();
   }
   void* dst = nullptr;
-  RETURN_IF_ERROR(AllocAttn(count, &dst));
+  RETURN_IF_ERROR(Alloc(static_cast<size_t>(count) * DTypeSize(dtype), reinterpret_cast<char**>(&dst)));
   CastParams p = {};
   p.in = src;
   p.in_dtype = DType::kFloat32;
   p.out = dst;
-  p.out_dtype = attn_dtype_;
+  p.out_dtype = dtype;
   p.count = count;
   RETURN_IF_ERROR(CastCuda(p, stream_.get()));
   *out = dst;
@@ -442,12 +485,18 @@ Status CudaModel::RunLinear(LinearParams p) {
   return LinearCuda(p, stream_.get(), tf32_);
 }
 
-Status CudaModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const float* x, int m, float** out) {
-  const float* in = x;
-  float* y = nullptr;
+Status CudaModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const void* x, int m, DType dtype,
+                      DType last_dtype, void** out) {
+  const void* in = x;
+  char* y = nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
-    RETURN_IF_ERROR(Alloc(size_t(m) * layers[i].out, &y));
-    RETURN_IF_ERROR(RunLinear(MlpLayerParams(layers[i], relu_last || i + 1 < layers.size(), in, m, y)));
+    const bool last = i + 1 == layers.size();
+    const DType out_dtype = last ? last_dtype : dtype;
+    RETURN_IF_ERROR(Alloc(size_t(m) * layers[i].out * DTypeSize(out_dtype), &y));
+    LinearParams p = MlpLayerParams(layers[i], relu_last || !last, in, m, y);
+    p.in_dtype = dtype;
+    p.out_dtype = out_dtype;
+    RETURN_IF_ERROR(RunLinear(p));
     in = y;
   }
   *out = y;
@@ -607,7 +656,10 @@ Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, F
 
 // 1. Bottom MLP, once per request: x [R, d].
 Status CudaModel::BottomMlp(CudaPass* pass) {
-  return Mlp(bottom_, /*relu_last=*/true, pass->dense, pass->num_requests, &pass->x);
+  void* x = nullptr;
+  RETURN_IF_ERROR(Mlp(bottom_, /*relu_last=*/true, pass->dense, pass->num_requests, DType::kFloat32, DType::kFloat32, &x));
+  pass->x = static_cast<float*>(x);
+  return Status::Ok();
 }
 
 // 2. Pooled sparse features [F, R, d].
@@ -677,8 +729,6 @@ Status CudaModel::NoHistory(CudaPass* pass) {
 // (DotInteractionSplitColumns): the request rows [R, request stride] once
 // per request, the candidate rows [C, candidate stride] per candidate.
 Status CudaModel::Interaction(CudaPass* pass) {
-  RETURN_IF_ERROR(Alloc(size_t(pass->num_requests) * top1_request_.in, &pass->request_part));
-  RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_candidate_.in, &pass->candidate_part));
   DotInteractionParams p = {};
   p.x = pass->x;
   p.pooled = pass->pooled;
@@ -689,39 +739,80 @@ Status CudaModel::Interaction(CudaPass* pass) {
   p.num_requests = pass->num_requests;
   p.num_candidates = pass->num_candidates;
   p.dim = config_.embedding_dim;
-  return DotInteractionSplitCuda(p, pass->request_part, top1_request_.in, pass->candidate_part,
-                                 top1_candidate_.in, stream_.get());
+  if (!split_top1_) {
+    RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_.in, &pass->inter));
+    p.out = pass->inter;
+    return DotInteractionCuda(p, stream_.get());
+  }
+  const size_t esize = DTypeSize(mlp_dtype_);
+  char* request_part = nullptr;
+  char* candidate_part = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_requests) * top1_request_.in * esize, &request_part));
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_candidate_.in * esize, &candidate_part));
+  pass->request_part = request_part;
+  pass->candidate_part = candidate_part;
+  return DotInteractionSplitCuda(p, request_part, top1_request_.in, candidate_part, top1_candidate_.in, mlp_dtype_,
+                                 stream_.get());
 }
 
-// 8. Top MLP and sigmoid: pass->logits holds the scores on the device. The
-// first layer is W1 [x, t] + b1 = W_req r_req + W_cand r_cand + b1 (the same
-// sum in another order): a = W_req r_req + b1 once per request, repeated
-// over the request's candidates, then W_cand r_cand added in place with the
-// ReLU (55 of 534 input columns per candidate for the production model).
+// 8. Top MLP and sigmoid: pass->logits holds the scores on the device.
+// Past the first layer the activations are mlp_dtype_; the logits float32.
 Status CudaModel::TopMlp(CudaPass* pass) {
+  const int C = pass->num_candidates;
+  const bool relu1 = !top_rest_.empty();  // ReLU after every layer but the last
+  const DType top1_dtype = top_rest_.empty() ? DType::kFloat32 : mlp_dtype_;
+  const void* top1 = nullptr;
+  if (!split_top1_) {
+    float* full = nullptr;
+    RETURN_IF_ERROR(Alloc(size_t(C) * top1_.out, &full));
+    RETURN_IF_ERROR(RunLinear(MlpLayerParams(top1_, relu1, pass->inter, C, full)));
+    RETURN_IF_ERROR(ToDType(full, int64_t{C} * top1_.out, top1_dtype, &top1));
+  } else {
+    void* split = nullptr;
+    RETURN_IF_ERROR(SplitTop1(pass, relu1, top1_dtype, &split));
+    top1 = split;
+  }
+  void* logits = const_cast<void*>(top1);
+  if (!top_rest_.empty()) {
+    RETURN_IF_ERROR(Mlp(top_rest_, /*relu_last=*/false, top1, C, mlp_dtype_, DType::kFloat32, &logits));
+  }
+  pass->logits = static_cast<float*>(logits);
+  return SigmoidInPlaceCuda(pass->logits, C, stream_.get());
+}
+
+// The split first layer: W1 [x, t] + b1 = W_req r_req + W_cand r_cand + b1
+// (the same sum in another order): a = W_req r_req + b1 once per request,
+// repeated over the request's candidates, then W_cand r_cand added in place
+// with the ReLU (55 of 534 input columns per candidate for the production
+// model). Operands in mlp_dtype_, the result in out_dtype.
+Status CudaModel::SplitTop1(CudaPass* pass, bool relu, DType out_dtype, void** out_top1) {
   const int R = pass->num_requests;
   const int C = pass->num_candidates;
   const int out = top1_request_.out;
-  float* request_top1 = nullptr;
-  RETURN_IF_ERROR(Alloc(size_t(R) * out, &request_top1));
-  RETURN_IF_ERROR(RunLinear(MlpLayerParams(top1_request_, /*relu=*/false, pass->request_part, R, request_top1)));
-  float* top1 = nullptr;
-  RETURN_IF_ERROR(Alloc(size_t(C) * out, &top1));
+  char* request_top1 = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(R) * out * DTypeSize(out_dtype), &request_top1));
+  LinearParams request = MlpLayerParams(top1_request_, /*relu=*/false, pass->request_part, R, request_top1);
+  request.in_dtype = mlp_dtype_;
+  request.out_dtype = out_dtype;
+  RETURN_IF_ERROR(RunLinear(request));
+  char* top1 = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(C) * out * DTypeSize(out_dtype), &top1));
   RepeatRowsParams repeat = {};
   repeat.rows = request_top1;
   repeat.offsets = pass->cand_offsets;
   repeat.batch = R;
   repeat.max_len = pass->max_candidates;
   repeat.width = out;
-  repeat.dtype = DType::kFloat32;
+  repeat.dtype = out_dtype;
   repeat.values = top1;
   RETURN_IF_ERROR(RepeatRowsCuda(repeat, stream_.get()));
-  LinearParams candidate = MlpLayerParams(top1_candidate_, /*relu=*/!top_rest_.empty(), pass->candidate_part, C, top1);
+  LinearParams candidate = MlpLayerParams(top1_candidate_, relu, pass->candidate_part, C, top1);
+  candidate.in_dtype = mlp_dtype_;
+  candidate.out_dtype = out_dtype;
   candidate.accumulate = true;
   RETURN_IF_ERROR(RunLinear(candidate));
-  pass->logits = top1;
-  if (!top_rest_.empty()) RETURN_IF_ERROR(Mlp(top_rest_, /*relu_last=*/false, top1, C, &pass->logits));
-  return SigmoidInPlaceCuda(pass->logits, C, stream_.get());
+  *out_top1 = top1;
+  return Status::Ok();
 }
 
 Status CudaModel::PadHistory(const CudaPass& pass, float** out) {

@@ -19,14 +19,14 @@ namespace jagrank {
 
 // One MLP layer of the weights: y = x W^T + b.
 struct MlpLayer {
-  const float* weight;  // [out, in]
+  const void* weight;   // [out, in] of the backend's MLP dtype (CPU: float32)
   const float* bias;    // [out]
   int in, out;
 };
 
 // The LinearParams of `layer` over x [m, in] into y [m, out], with or
 // without the ReLU; the backend adds its threads or workspace.
-inline LinearParams MlpLayerParams(const MlpLayer& layer, bool relu, const float* x, int m, float* y) {
+inline LinearParams MlpLayerParams(const MlpLayer& layer, bool relu, const void* x, int m, void* y) {
   LinearParams p = {};
   p.x = x;
   p.weight = layer.weight;

@@ -156,6 +156,22 @@ TEST_F(ModelCudaTest, MatchesCpuFp32AllStrategies) {
   CompareToCpu(c, RandomBatch(c, 24, 40, 2), /*bf16=*/false, 1e-4);
 }
 
+// More than 7 pooled features: the CUDA model splits the interaction and the
+// first top-MLP layer by request and candidate (padded widths, the request
+// part repeated over the candidates). 17 features: 18 request vectors, two
+// rounds of the candidate kernel; spread scores so that a wrong column
+// cannot hide.
+TEST_F(ModelCudaTest, SplitFirstTopLayerMatchesCpu) {
+  ModelConfig c = TestConfig(128, 4, 200, 100000);
+  c.sparse_features.clear();
+  for (int f = 0; f < 17; ++f) c.sparse_features.push_back({"f" + std::to_string(f), 50 + 37 * f});
+  c.top_mlp = {192, 64, 1};
+  CompareToCpu(c, RandomBatch(c, 24, 40, 3), /*bf16=*/false, 1e-4, /*scale=*/2.0f);
+  CompareToCpu(c, RandomBatch(c, 24, 40, 4), /*bf16=*/true, 2e-2, /*scale=*/2.0f);
+  c.top_mlp = {1};  // the split layer is the last: no ReLU, float32 logits
+  CompareToCpu(c, RandomBatch(c, 24, 40, 5), /*bf16=*/true, 2e-2, /*scale=*/2.0f);
+}
+
 TEST_F(ModelCudaTest, OtherHeadDimsAndEdgeBatches) {
   const ModelConfig c = TestConfig(128, 2, 64, 5000);  // dh = 64, target head dim 128
   CompareToCpu(c, RandomBatch(c, 7, 5, 3), true, 1e-2);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/dtype.h"
 #include "kernels/interaction/interaction_params.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -31,6 +32,12 @@ void DotInteractionSplitColumns(int num_sparse, int dim, std::vector<int>* reque
 // width]. CPU backend; InvalidArgument naming the field on bad input.
 Status DotInteractionSplitCpu(const DotInteractionParams& params, float* request_out, float* candidate_out);
 
+// Whether DotInteractionCuda takes its register kernel (n = num_sparse + 3
+// <= 10 vectors): then the whole row per candidate is cheap and the full
+// first top-MLP layer beats the split one (whose per-request part has to be
+// repeated over the candidates); above, the split form.
+inline bool DotInteractionCudaHasRegisterKernel(int num_sparse) { return num_sparse + 3 <= 10; }
+
 #if JAGRANK_WITH_CUDA
 // Dot interaction on CUDA (conventions: kernels/cuda_ops.h); each candidate
 // finds its request by binary search in candidate_offsets (request vectors
@@ -40,12 +47,13 @@ Status DotInteractionSplitCpu(const DotInteractionParams& params, float* request
 Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t stream);
 
 // The split form on CUDA: request_out [num_requests, request_stride] and
-// candidate_out [num_candidates, candidate_stride], each row as
-// DotInteractionSplitCpu's followed by zeros up to the stride (so that a
-// GEMM over the rows can take aligned, padded widths). `out` is unused.
-// Strides below the widths are InvalidArgument.
-Status DotInteractionSplitCuda(const DotInteractionParams& params, float* request_out, int request_stride,
-                               float* candidate_out, int candidate_stride, cudaStream_t stream);
+// candidate_out [num_candidates, candidate_stride] of out_dtype (float32
+// sums, rounded once when bf16), each row as DotInteractionSplitCpu's
+// followed by zeros up to the stride (so that a GEMM over the rows can take
+// aligned, padded widths). `out` is unused. Strides below the widths are
+// InvalidArgument.
+Status DotInteractionSplitCuda(const DotInteractionParams& params, void* request_out, int request_stride,
+                               void* candidate_out, int candidate_stride, DType out_dtype, cudaStream_t stream);
 #endif  // JAGRANK_WITH_CUDA
 
 }  // namespace jagrank

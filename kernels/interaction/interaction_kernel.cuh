@@ -151,6 +151,7 @@ struct InteractionRegisterTraits {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static_assert(kMaxRequestPairs <= 32, "request pairs must fit in one lane each");
+  static_assert(kMaxVectors == 10, "DotInteractionCudaHasRegisterKernel (interaction.h) states this limit");
   static_assert(2 * kMaxRequestVectors + 1 <= 32, "candidate pairs must fit in one lane each");
 };
 
@@ -300,21 +301,22 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
 // vectors), then zeros up to `stride`. One block per request: its m vectors
 // staged in shared memory (row stride 1 mod 32, as DotInteractionKernel's),
 // each thread whole dot products. R blocks of m(m-1)/2 dots: a few us.
-__global__ void RequestPairsKernel(const DotInteractionParams params, float* out, int stride) {
+template <typename OutT>
+__global__ void RequestPairsKernel(const DotInteractionParams params, OutT* out, int stride) {
   extern __shared__ float smem[];
   const int r = blockIdx.x;
   const int dim = params.dim;
   const int m = params.num_sparse + 1;
   const int s = InteractionSmemStride(dim);
   const int64_t feature_stride = static_cast<int64_t>(params.num_requests) * dim;
-  float* row = out + static_cast<int64_t>(r) * stride;
+  OutT* row = out + static_cast<int64_t>(r) * stride;
   for (int a = 0; a < m; ++a) {
     const float* src = a == 0 ? params.x + static_cast<int64_t>(r) * dim
                               : params.pooled + (a - 1) * feature_stride + static_cast<int64_t>(r) * dim;
     for (int k = threadIdx.x; k < dim; k += blockDim.x) {
       const float value = __ldg(src + k);
       smem[a * s + k] = value;
-      if (a == 0) row[k] = value;
+      if (a == 0) row[k] = FromFloat<OutT>(value);
     }
   }
   __syncthreads();
@@ -336,9 +338,9 @@ __global__ void RequestPairsKernel(const DotInteractionParams params, float* out
       dot1 = fmaf(va[k + 1], vb[k + 1], dot1);
     }
     if (k < dim) dot0 = fmaf(va[k], vb[k], dot0);
-    row[dim + q] = dot0 + dot1;
+    row[dim + q] = FromFloat<OutT>(dot0 + dot1);
   }
-  for (int k = dim + num_pairs + threadIdx.x; k < stride; k += blockDim.x) row[k] = 0.0f;
+  for (int k = dim + num_pairs + threadIdx.x; k < stride; k += blockDim.x) row[k] = FromFloat<OutT>(0.0f);
 }
 
 struct CandidatePairsTraits {
@@ -347,37 +349,78 @@ struct CandidatePairsTraits {
   static constexpr int kVectorsPerRound = 16;  // 2 x 16 partials: one transposing butterfly
 };
 
+// RequestOfCandidate for a whole warp (every lane gets the answer): each
+// level probes 32 evenly spaced offsets at once and keeps the segment
+// between the last probe <= c and the next, so R = 512 takes two dependent
+// loads instead of nine.
+__device__ __forceinline__ int WarpRequestOfCandidate(const int32_t* offsets, int num_requests, int c, int lane) {
+  int lo = 0;
+  int hi = num_requests;  // offsets[lo] <= c < offsets[hi]
+  while (hi - lo > 1) {
+    const int step = (hi - lo + 31) / 32;
+    const int probe = lo + lane * step;
+    const bool below = probe < hi && __ldg(offsets + probe) <= c;  // lane 0's probe is lo: always true
+    const unsigned mask = __ballot_sync(0xffffffffu, below);
+    const int last = 31 - __clz(mask);
+    const int new_lo = lo + last * step;
+    hi = min(hi, new_lo + step);
+    lo = new_lo;
+  }
+  return lo;
+}
+
 // Candidate row c = [v_a . u_c, v_a . e_c for a < m, u_c . e_c], then zeros
 // up to `stride`. One warp per candidate; lane j holds elements j, j + 32,
-// .. of u_c and e_c and forms partial dot products with the request's
+// .. of u_c and e_c (kChunks of them in registers, loaded once; 0: dim above
+// 128, read per round) and forms partial dot products with the request's
 // vectors (read through the cache: a block's candidates mostly share a
 // request), 16 request vectors (32 dots) per round, which one transposing
 // butterfly (31 shuffles) leaves one dot per lane: lane j's is column
 // 2 * first + j, already the row's order.
+template <int kChunks, typename OutT>
 __global__ void __launch_bounds__(CandidatePairsTraits::kThreads)
-    CandidatePairsKernel(const DotInteractionParams params, float* out, int stride) {
+    CandidatePairsKernel(const DotInteractionParams params, OutT* out, int stride) {
   constexpr int kRound = CandidatePairsTraits::kVectorsPerRound;
   const int lane = threadIdx.x % 32;
   const int c = blockIdx.x * CandidatePairsTraits::kWarps + threadIdx.x / 32;
   if (c >= params.num_candidates) return;  // whole warps leave
   const int dim = params.dim;
   const int m = params.num_sparse + 1;
-  const int64_t r = RequestOfCandidate(params.candidate_offsets, params.num_requests, c);
+  const int64_t r = WarpRequestOfCandidate(params.candidate_offsets, params.num_requests, c, lane);
   const int64_t feature_stride = static_cast<int64_t>(params.num_requests) * dim;
   const float* u = params.u + static_cast<int64_t>(c) * dim;
   const float* e = params.e + static_cast<int64_t>(c) * dim;
-  float* row = out + static_cast<int64_t>(c) * stride;
+  OutT* row = out + static_cast<int64_t>(c) * stride;
+  constexpr int kHeld = kChunks > 0 ? kChunks : 1;
+  float u_held[kHeld], e_held[kHeld];
   float ue = 0.0f;
+  if (kChunks > 0) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int k = i * 32 + lane;
+      u_held[i] = k < dim ? __ldg(u + k) : 0.0f;
+      e_held[i] = k < dim ? __ldg(e + k) : 0.0f;
+      ue = fmaf(u_held[i], e_held[i], ue);
+    }
+  }
   for (int first = 0; first < m; first += kRound) {
     float part[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) part[i] = 0.0f;
-    for (int k0 = 0; k0 < dim; k0 += 32) {
-      const int k = k0 + lane;
+    const int chunks = kChunks > 0 ? kChunks : (dim + 31) / 32;
+#pragma unroll
+    for (int i = 0; i < chunks; ++i) {
+      const int k = i * 32 + lane;
       const bool in = k < dim;
-      const float uk = in ? __ldg(u + k) : 0.0f;
-      const float ek = in ? __ldg(e + k) : 0.0f;
-      if (first == 0) ue = fmaf(uk, ek, ue);
+      float uk, ek;
+      if (kChunks > 0) {
+        uk = u_held[i < kHeld ? i : 0];
+        ek = e_held[i < kHeld ? i : 0];
+      } else {
+        uk = in ? __ldg(u + k) : 0.0f;
+        ek = in ? __ldg(e + k) : 0.0f;
+        if (first == 0) ue = fmaf(uk, ek, ue);
+      }
 #pragma unroll
       for (int j = 0; j < kRound; ++j) {
         const int a = first + j;
@@ -388,12 +431,12 @@ __global__ void __launch_bounds__(CandidatePairsTraits::kThreads)
       }
     }
     const float dot = WarpTransposeSum(part, lane);
-    if (first + lane / 2 < m) row[2 * first + lane] = dot;
+    if (first + lane / 2 < m) row[2 * first + lane] = FromFloat<OutT>(dot);
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) ue += __shfl_xor_sync(0xffffffffu, ue, offset);
-  if (lane == 0) row[2 * m] = ue;
-  for (int k = 2 * m + 1 + lane; k < stride; k += 32) row[k] = 0.0f;
+  if (lane == 0) row[2 * m] = FromFloat<OutT>(ue);
+  for (int k = 2 * m + 1 + lane; k < stride; k += 32) row[k] = FromFloat<OutT>(0.0f);
 }
 
 }  // namespace cuda

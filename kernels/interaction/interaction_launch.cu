@@ -70,8 +70,8 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   return CudaLaunchStatus("DotInteractionKernel");
 }
 
-Status DotInteractionSplitCuda(const DotInteractionParams& params, float* request_out, int request_stride,
-                               float* candidate_out, int candidate_stride, cudaStream_t stream) {
+Status DotInteractionSplitCuda(const DotInteractionParams& params, void* request_out, int request_stride,
+                               void* candidate_out, int candidate_stride, DType out_dtype, cudaStream_t stream) {
   if (params.num_sparse < 0) {
     return Status::InvalidArgument("num_sparse = " + std::to_string(params.num_sparse) + ", must be >= 0");
   }
@@ -117,16 +117,32 @@ Status DotInteractionSplitCuda(const DotInteractionParams& params, float* reques
                                  std::to_string(params.dim) + " floats (padded) = " + std::to_string(smem_bytes) +
                                  " bytes of shared memory, above the device's " + std::to_string(max_smem));
   }
-  if (smem_bytes > 48 * 1024) {
-    RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(cuda::RequestPairsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem_bytes)));
-  }
-  cuda::RequestPairsKernel<<<params.num_requests, 128, smem_bytes, stream>>>(params, request_out, request_stride);
-  RETURN_IF_ERROR(CudaLaunchStatus("RequestPairsKernel"));
-  using Traits = cuda::CandidatePairsTraits;
-  const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
-  cuda::CandidatePairsKernel<<<blocks, Traits::kThreads, 0, stream>>>(params, candidate_out, candidate_stride);
-  return CudaLaunchStatus("CandidatePairsKernel");
+  return cuda::DispatchDType(out_dtype, "out_dtype", [&](auto tag) -> Status {
+    using OutT = decltype(tag);
+    OutT* request = static_cast<OutT*>(request_out);
+    OutT* candidate = static_cast<OutT*>(candidate_out);
+    if (smem_bytes > 48 * 1024) {
+      RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(cuda::RequestPairsKernel<OutT>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem_bytes)));
+    }
+    cuda::RequestPairsKernel<OutT><<<params.num_requests, 128, smem_bytes, stream>>>(params, request, request_stride);
+    RETURN_IF_ERROR(CudaLaunchStatus("RequestPairsKernel"));
+    using Traits = cuda::CandidatePairsTraits;
+    const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
+    // u_c and e_c held in registers up to dim = 128 (4 elements per lane).
+    const int chunks = (params.dim + 31) / 32;
+    if (chunks == 1) {
+      cuda::CandidatePairsKernel<1, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+    } else if (chunks == 2) {
+      cuda::CandidatePairsKernel<2, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+    } else if (chunks <= 4) {
+      cuda::CandidatePairsKernel<4, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+    } else {
+      cuda::CandidatePairsKernel<0, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+    }
+    return CudaLaunchStatus("CandidatePairsKernel");
+  });
 }
 
 }  // namespace jagrank

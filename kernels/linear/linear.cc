@@ -20,17 +20,25 @@ Status ValidateLinear(const LinearParams& p) {
   RETURN_IF_ERROR(cpu::CheckNotNull(p.weight, "weight"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.y, "y"));
   if (p.x == p.y) return Status::InvalidArgument("y: must not alias x");
+  if (p.in_dtype != DType::kFloat32) return Status::InvalidArgument("in_dtype: the CPU functions take float32 only");
+  if (p.out_dtype != DType::kFloat32) return Status::InvalidArgument("out_dtype: the CPU functions take float32 only");
   return Status::Ok();
 }
 
+// The float32 views of p's operands (ValidateLinear checked the dtypes).
+const float* X(const LinearParams& p) { return static_cast<const float*>(p.x); }
+const float* W(const LinearParams& p) { return static_cast<const float*>(p.weight); }
+float* Y(const LinearParams& p) { return static_cast<float*>(p.y); }
+
 void ApplyRelu(const LinearParams& p) {
   const int64_t count = int64_t{p.m} * p.n;
-  for (int64_t i = 0; i < count; ++i) p.y[i] = std::max(p.y[i], 0.0f);
+  float* y = Y(p);
+  for (int64_t i = 0; i < count; ++i) y[i] = std::max(y[i], 0.0f);
 }
 
 // Rows [row, row + rows) of y = x W^T (+ b) (ReLU): one single-threaded sgemm.
 void LinearRows(const LinearParams& p, int row, int rows) {
-  float* y = p.y + int64_t{row} * p.n;
+  float* y = Y(p) + int64_t{row} * p.n;
   float beta = p.accumulate ? 1.0f : 0.0f;
   if (p.maybe_bias != nullptr) {  // y starts as (or gains) the broadcast bias; sgemm adds x W^T to it
     for (int r = 0; r < rows; ++r) {
@@ -43,8 +51,8 @@ void LinearRows(const LinearParams& p, int row, int rows) {
     }
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, p.n, p.k, 1.0f, p.x + int64_t{row} * p.k, p.k, p.weight,
-              p.k, beta, y, p.n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, p.n, p.k, 1.0f, X(p) + int64_t{row} * p.k, p.k, W(p), p.k,
+              beta, y, p.n);
   if (p.relu) {
     for (int64_t i = 0, count = int64_t{rows} * p.n; i < count; ++i) y[i] = std::max(y[i], 0.0f);
   }
@@ -81,13 +89,13 @@ Status LinearReferenceCpu(const LinearParams& params) {
   const LinearParams& p = params;
   RETURN_IF_ERROR(ValidateLinear(p));
   for (int r = 0; r < p.m; ++r) {
-    const float* x = p.x + int64_t{r} * p.k;
+    const float* x = X(p) + int64_t{r} * p.k;
     for (int c = 0; c < p.n; ++c) {
-      const float* w = p.weight + int64_t{c} * p.k;
+      const float* w = W(p) + int64_t{c} * p.k;
       float acc = p.maybe_bias != nullptr ? p.maybe_bias[c] : 0.0f;
-      if (p.accumulate) acc += p.y[int64_t{r} * p.n + c];
+      if (p.accumulate) acc += Y(p)[int64_t{r} * p.n + c];
       for (int i = 0; i < p.k; ++i) acc += x[i] * w[i];
-      p.y[int64_t{r} * p.n + c] = acc;
+      Y(p)[int64_t{r} * p.n + c] = acc;
     }
   }
   if (p.relu) ApplyRelu(p);

@@ -52,12 +52,13 @@ struct PlanKey {
   int k;
   int epilogue;
   bool tf32;
+  DType in_dtype, out_dtype;
   uint32_t align_a, align_b, align_c;
   size_t workspace_bytes;
   bool operator==(const PlanKey& o) const {
-    return std::tie(device, m_class, n, k, epilogue, tf32, align_a, align_b, align_c, workspace_bytes) ==
-           std::tie(o.device, o.m_class, o.n, o.k, o.epilogue, o.tf32, o.align_a, o.align_b, o.align_c,
-                    o.workspace_bytes);
+    return std::tie(device, m_class, n, k, epilogue, tf32, in_dtype, out_dtype, align_a, align_b, align_c,
+                    workspace_bytes) == std::tie(o.device, o.m_class, o.n, o.k, o.epilogue, o.tf32, o.in_dtype,
+                                                 o.out_dtype, o.align_a, o.align_b, o.align_c, o.workspace_bytes);
   }
 };
 
@@ -65,7 +66,8 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey& key) const {
     uint64_t h = 1469598103934665603ull;
     for (uint64_t v : {uint64_t(key.device), uint64_t(key.m_class), uint64_t(key.n), uint64_t(key.k),
-                       uint64_t(key.epilogue), uint64_t(key.tf32), uint64_t(key.align_a), uint64_t(key.align_b),
+                       uint64_t(key.epilogue), uint64_t(key.tf32), uint64_t(key.in_dtype),
+                       uint64_t(key.out_dtype), uint64_t(key.align_a), uint64_t(key.align_b),
                        uint64_t(key.align_c), uint64_t(key.workspace_bytes)}) {
       h = (h ^ v) * 1099511628211ull;
     }
@@ -96,17 +98,24 @@ Status CreatePlan(const PlanKey& key, int m, LtPlan* plan) {
   // Column-major view: y^T [n, m] = (W^T)^T [n, k] . x^T [k, m], where W^T
   // ([k, n], ld k) and x^T ([k, m], ld k) are the row-major buffers as they lie.
   // The bias then runs along the rows of y^T, which is what the epilogue adds.
-  const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // bf16 operands accumulate in float32 (CUBLAS_COMPUTE_32F); the bias stays float32.
+  const bool bf16_in = key.in_dtype == DType::kBFloat16;
+  const cublasComputeType_t compute = key.tf32 && !bf16_in ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t in_type = bf16_in ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t out_type = key.out_dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+  const cudaDataType_t bias_type = CUDA_R_32F;
+  RETURN_IF_CUBLAS_ERROR(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   const cublasOperation_t transpose = CUBLAS_OP_T;
   RETURN_IF_CUBLAS_ERROR(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
   const auto epilogue = static_cast<cublasLtEpilogue_t>(key.epilogue);
   RETURN_IF_CUBLAS_ERROR(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_32F, key.k, key.n, key.k));
-  RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_32F, key.k, m, key.k));
-  RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, key.n, m, key.n));
+  RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->a, in_type, key.k, key.n, key.k));
+  RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->b, in_type, key.k, m, key.k));
+  RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->c, out_type, key.n, m, key.n));
 
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&plan->preference));
   // The caller's workspace (one per stream, so calls on different streams stay independent).
@@ -192,6 +201,8 @@ Status LinearCuda(const LinearParams& params, cudaStream_t stream, bool allow_tf
   }
   key.epilogue = static_cast<int>(epilogue);
   key.tf32 = allow_tf32;
+  key.in_dtype = params.in_dtype;
+  key.out_dtype = params.out_dtype;
   key.align_a = Alignment(params.weight);
   key.align_b = Alignment(params.x);
   key.align_c = Alignment(params.y);

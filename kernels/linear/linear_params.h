@@ -6,18 +6,25 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/dtype.h"
+
 namespace jagrank {
 
 struct LinearParams {
-  const float* x;            // [m, k], row-major
-  const float* weight;       // [n, k] (out_features, in_features)
-  const float* maybe_bias;   // optional [n]
+  const void* x;             // [m, k] of in_dtype, row-major
+  const void* weight;        // [n, k] of in_dtype (out_features, in_features)
+  const float* maybe_bias;   // optional [n], float32 whatever the dtypes
   bool relu;                 // apply max(0, .) after the bias
   int m;                     // rows, >= 0 (m == 0 is a no-op)
   int n;                     // out features, > 0
   int k;                     // in features, > 0
-  float* y;                  // [m, n]; must not alias x
+  void* y;                   // [m, n] of out_dtype; must not alias x
   bool accumulate;           // y += x W^T (+ b) instead of y = ...; ReLU on the sum
+  // CUDA only: kBFloat16 in_dtype = bf16 x and weight with float32
+  // accumulation; out_dtype of y. Zero-initialised params: both float32
+  // (the CPU functions take only that).
+  DType in_dtype;
+  DType out_dtype;
   // CUDA only, optional: cuBLASLt workspace on the device, used in stream
   // order (one per stream). 0 bytes limits cuBLASLt to kernels that need none.
   void* workspace;
