@@ -354,7 +354,8 @@ Status CudaModel::Init(const ModelWeights& w) {
     MlpLayer layer = {nullptr, nullptr, in, config_.bottom_mlp[i]};
     const WeightTensor& weight = *w.Find(p + ".weight");
     RETURN_IF_ERROR(UploadAs(weight.data, weight.num_elements(), DType::kFloat32, &layer.weight));
-    RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
+    const WeightTensor& bias = *w.Find(p + ".bias");
+    RETURN_IF_ERROR(UploadAs(bias.data, bias.num_elements(), DType::kFloat32, &layer.bias));
     bottom_.push_back(layer);
     in = layer.out;
   }
@@ -364,7 +365,8 @@ Status CudaModel::Init(const ModelWeights& w) {
     top1_ = {nullptr, nullptr, config_.top_mlp_input_width(), config_.top_mlp[0]};
     const WeightTensor& weight = *w.Find("top_mlp.0.weight");
     RETURN_IF_ERROR(UploadAs(weight.data, weight.num_elements(), DType::kFloat32, &top1_.weight));
-    RETURN_IF_ERROR(UploadF32(*w.Find("top_mlp.0.bias"), &top1_.bias));
+    const WeightTensor& bias = *w.Find("top_mlp.0.bias");
+    RETURN_IF_ERROR(UploadAs(bias.data, bias.num_elements(), DType::kFloat32, &top1_.bias));
   } else {
     const int d = config_.embedding_dim;
     const int out = config_.top_mlp[0];
@@ -380,7 +382,10 @@ Status CudaModel::Init(const ModelWeights& w) {
     };
     RETURN_IF_ERROR(upload_part(request_columns, &top1_request_));
     RETURN_IF_ERROR(upload_part(candidate_columns, &top1_candidate_));
-    RETURN_IF_ERROR(UploadF32(*w.Find("top_mlp.0.bias"), &top1_request_.bias));  // added once per request
+    // Added once per request, in the first layer's output dtype (SplitTop1).
+    const WeightTensor& bias = *w.Find("top_mlp.0.bias");
+    const DType out_dtype = config_.top_mlp.size() > 1 ? mlp_dtype_ : DType::kFloat32;
+    RETURN_IF_ERROR(UploadAs(bias.data, bias.num_elements(), out_dtype, &top1_request_.bias));
   }
   in = config_.top_mlp[0];
   for (size_t i = 1; i < config_.top_mlp.size(); ++i) {
@@ -388,7 +393,10 @@ Status CudaModel::Init(const ModelWeights& w) {
     MlpLayer layer = {nullptr, nullptr, in, config_.top_mlp[i]};
     const WeightTensor& weight = *w.Find(p + ".weight");
     RETURN_IF_ERROR(UploadAs(weight.data, weight.num_elements(), mlp_dtype_, &layer.weight));
-    RETURN_IF_ERROR(UploadF32(*w.Find(p + ".bias"), &layer.bias));
+    // The bias in the layer's output dtype: the last layer's logits are float32.
+    const WeightTensor& bias = *w.Find(p + ".bias");
+    const DType out_dtype = i + 1 < config_.top_mlp.size() ? mlp_dtype_ : DType::kFloat32;
+    RETURN_IF_ERROR(UploadAs(bias.data, bias.num_elements(), out_dtype, &layer.bias));
     top_rest_.push_back(layer);
     in = layer.out;
   }

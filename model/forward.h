@@ -20,7 +20,7 @@ namespace jagrank {
 // One MLP layer of the weights: y = x W^T + b.
 struct MlpLayer {
   const void* weight;   // [out, in] of the backend's MLP dtype (CPU: float32)
-  const float* bias;    // [out]
+  const void* bias;     // [out] of the layer's output dtype (CPU: float32)
   int in, out;
 };
 

@@ -749,9 +749,9 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
   }
 }
 
-// bf16 operands (x and W), float32 accumulation and bias, y in float32 or
-// bf16, with and without accumulation: against the float32 reference on the
-// bf16-rounded operands.
+// bf16 operands (x and W), float32 accumulation, y and the bias in float32
+// or bf16, with and without accumulation: against the float32 reference on
+// the bf16-rounded operands.
 TEST_F(KernelsGpuTest, LinearBf16OperandsMatchCpuOnRoundedInputs) {
   std::mt19937_64 rng(18);
   struct Shape {
@@ -764,10 +764,10 @@ TEST_F(KernelsGpuTest, LinearBf16OperandsMatchCpuOnRoundedInputs) {
     const auto w_bf16 = ToBf16(RandomFloats(rng, static_cast<size_t>(s.n) * s.k));
     const auto y0_bf16 = ToBf16(RandomFloats(rng, static_cast<size_t>(s.m) * s.n));
     const auto x = FromBf16(x_bf16), w = FromBf16(w_bf16), y0 = FromBf16(y0_bf16);
-    const auto bias = RandomFloats(rng, s.n);
+    const auto bias_values = RandomFloats(rng, s.n);
     const DeviceArray<uint16_t> d_x(x_bf16), d_w(w_bf16);
-    const DeviceArray<float> d_bias(bias);
     for (const DType out_dtype : kDTypes) {
+      const Operand bias(bias_values, out_dtype);  // host_f32: the values the device holds
       for (const bool accumulate : {false, true}) {
         LinearParams p = {};
         p.relu = true;
@@ -778,7 +778,7 @@ TEST_F(KernelsGpuTest, LinearBf16OperandsMatchCpuOnRoundedInputs) {
         std::vector<float> expected = accumulate ? y0 : std::vector<float>(static_cast<size_t>(s.m) * s.n);
         p.x = x.data();
         p.weight = w.data();
-        p.maybe_bias = bias.data();
+        p.maybe_bias = bias.host_f32.data();
         p.y = expected.data();
         ASSERT_STATUS_OK(LinearReferenceCpu(p));
 
@@ -786,7 +786,7 @@ TEST_F(KernelsGpuTest, LinearBf16OperandsMatchCpuOnRoundedInputs) {
         const Operand y_start(accumulate ? y0 : std::vector<float>(expected.size(), 0.0f), out_dtype);
         p.x = d_x.data();
         p.weight = d_w.data();
-        p.maybe_bias = d_bias.data();
+        p.maybe_bias = bias.device();
         p.y = const_cast<void*>(y_start.device());
         p.in_dtype = DType::kBFloat16;
         p.out_dtype = out_dtype;

@@ -29,6 +29,7 @@ Status ValidateLinear(const LinearParams& p) {
 const float* X(const LinearParams& p) { return static_cast<const float*>(p.x); }
 const float* W(const LinearParams& p) { return static_cast<const float*>(p.weight); }
 float* Y(const LinearParams& p) { return static_cast<float*>(p.y); }
+const float* Bias(const LinearParams& p) { return static_cast<const float*>(p.maybe_bias); }
 
 void ApplyRelu(const LinearParams& p) {
   const int64_t count = int64_t{p.m} * p.n;
@@ -44,9 +45,9 @@ void LinearRows(const LinearParams& p, int row, int rows) {
     for (int r = 0; r < rows; ++r) {
       float* out = y + int64_t{r} * p.n;
       if (p.accumulate) {
-        for (int c = 0; c < p.n; ++c) out[c] += p.maybe_bias[c];
+        for (int c = 0; c < p.n; ++c) out[c] += Bias(p)[c];
       } else {
-        std::copy(p.maybe_bias, p.maybe_bias + p.n, out);
+        std::copy(Bias(p), Bias(p) + p.n, out);
       }
     }
     beta = 1.0f;
@@ -92,7 +93,7 @@ Status LinearReferenceCpu(const LinearParams& params) {
     const float* x = X(p) + int64_t{r} * p.k;
     for (int c = 0; c < p.n; ++c) {
       const float* w = W(p) + int64_t{c} * p.k;
-      float acc = p.maybe_bias != nullptr ? p.maybe_bias[c] : 0.0f;
+      float acc = p.maybe_bias != nullptr ? Bias(p)[c] : 0.0f;
       if (p.accumulate) acc += Y(p)[int64_t{r} * p.n + c];
       for (int i = 0; i < p.k; ++i) acc += x[i] * w[i];
       Y(p)[int64_t{r} * p.n + c] = acc;

@@ -22,8 +22,10 @@ Status LinearReferenceCpu(const LinearParams& params);
 
 #if JAGRANK_WITH_CUDA
 // y = x W^T + b (+ReLU) through cuBLASLt (conventions: kernels/cuda_ops.h),
-// bias and ReLU fused as the GEMM's epilogue. Full fp32 compute unless
-// allow_tf32 (faster on tensor cores, about 1e-3 relative error). H200,
+// bias and ReLU fused as the GEMM's epilogue, accumulate as beta = 1 over y.
+// float32 operands: full fp32 compute unless allow_tf32 (faster on tensor
+// cores, about 1e-3 relative error); bf16 operands (in_dtype): float32
+// accumulation, y and the bias in out_dtype. H200,
 // m = 16384, n = 512, k = 1024, bias+ReLU: fp32 0.352 ms (48.8 TFLOP/s), TF32
 // 0.090 ms (192 TFLOP/s) without a workspace. With one
 // (LinearParams::workspace; kLinearWorkspaceBytes is NVIDIA's recommended

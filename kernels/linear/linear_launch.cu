@@ -98,15 +98,13 @@ Status CreatePlan(const PlanKey& key, int m, LtPlan* plan) {
   // Column-major view: y^T [n, m] = (W^T)^T [n, k] . x^T [k, m], where W^T
   // ([k, n], ld k) and x^T ([k, m], ld k) are the row-major buffers as they lie.
   // The bias then runs along the rows of y^T, which is what the epilogue adds.
-  // bf16 operands accumulate in float32 (CUBLAS_COMPUTE_32F); the bias stays float32.
+  // bf16 operands accumulate in float32 (CUBLAS_COMPUTE_32F); the bias is
+  // of y's dtype (cuBLASLt's default for these types).
   const bool bf16_in = key.in_dtype == DType::kBFloat16;
   const cublasComputeType_t compute = key.tf32 && !bf16_in ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t in_type = bf16_in ? CUDA_R_16BF : CUDA_R_32F;
   const cudaDataType_t out_type = key.out_dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
-  const cudaDataType_t bias_type = CUDA_R_32F;
-  RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   const cublasOperation_t transpose = CUBLAS_OP_T;
   RETURN_IF_CUBLAS_ERROR(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));

@@ -13,7 +13,7 @@ namespace jagrank {
 struct LinearParams {
   const void* x;             // [m, k] of in_dtype, row-major
   const void* weight;        // [n, k] of in_dtype (out_features, in_features)
-  const float* maybe_bias;   // optional [n], float32 whatever the dtypes
+  const void* maybe_bias;    // optional [n] of out_dtype
   bool relu;                 // apply max(0, .) after the bias
   int m;                     // rows, >= 0 (m == 0 is a no-op)
   int n;                     // out features, > 0
@@ -21,8 +21,8 @@ struct LinearParams {
   void* y;                   // [m, n] of out_dtype; must not alias x
   bool accumulate;           // y += x W^T (+ b) instead of y = ...; ReLU on the sum
   // CUDA only: kBFloat16 in_dtype = bf16 x and weight with float32
-  // accumulation; out_dtype of y. Zero-initialised params: both float32
-  // (the CPU functions take only that).
+  // accumulation; out_dtype of y and the bias. Zero-initialised params: both
+  // float32 (the CPU functions take only that).
   DType in_dtype;
   DType out_dtype;
   // CUDA only, optional: cuBLASLt workspace on the device, used in stream
