@@ -1,17 +1,20 @@
-// CUDA backend. Weights are uploaded once at Create: MLP and attention
-// projection weights in float32, embedding and position tables in bf16
-// (options.cuda_bf16; float32 otherwise). Per batch, in two phases (Stage on
-// the caller's staging thread, Run on its compute thread, see model.h):
+// CUDA backend. Weights are uploaded once at Create. With options.cuda_bf16
+// (precision bf16) the embedding and position tables, the history chain
+// (h, the QKV and output projections, z) and the top MLP past the
+// interaction are bf16 with float32 accumulation; the bottom MLP and the
+// whole first top layer of small models run TF32 GEMMs; the interaction,
+// the candidate embeddings and u are float32. Without it, float32
+// throughout. Per batch, in two phases (Stage on the caller's staging
+// thread, Run on its compute thread, see model.h):
 //   Stage: the host batch is packed into the slot's pinned buffer and copied
 //     to the slot's device buffer with one async H2D copy on the copy stream,
 //     between two timed events.
 //   Run: the compute stream waits for that copy's event, then runs the steps
 //     of model/forward.h: every intermediate comes from a stream-ordered
-//     memory pool that keeps its memory (no cudaMalloc per batch);
-//     attention operands are bf16 with float32 accumulation (flash kernel,
-//     or the padded dense baseline), GEMMs take TF32 inputs on tensor cores
-//     (cuBLASLt, with cuda_bf16), everything else float32. One D2H copy of
-//     the scores into pinned memory, one stream synchronisation per batch.
+//     memory pool that keeps its memory (no cudaMalloc per batch); GEMMs
+//     through cuBLASLt with bias, ReLU and residual adds in the epilogue.
+//     One D2H copy of the scores into pinned memory, one stream
+//     synchronisation per batch.
 // The attention strategies are CudaJagged, CudaPaddedFlash and
 // CudaPaddedDense below. Stage(a) and Run(b) share only the device, the
 // weights (read-only) and the copy stream handle: Stage touches slots_[a] and
@@ -93,8 +96,8 @@ struct CudaPass {
   float* x = nullptr;       // [R, d]
   float* pooled = nullptr;  // [F, R, d]
   float* e = nullptr;       // [C, d]
-  float* h = nullptr;       // [T, d]
-  const float* z = nullptr; // jagged [T, d] or padded [R, N, d]
+  void* h = nullptr;        // [T, d] of the attention dtype
+  const void* z = nullptr;  // jagged [T, d] or padded [R, N, d], of the attention dtype
   int64_t z_rows = 0;
   float* u = nullptr;       // [C, d]
   float* inter = nullptr;           // [C, d + n(n-1)/2]: the whole rows (small n)
@@ -226,20 +229,21 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   // in `dtype` but the last layer's, in last_dtype.
   Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const void* x, int m, DType dtype,
              DType last_dtype, void** out);
-  Status Linear(const float* x, const float* w, int m, int n, int k, float* y);
   // The split first top-MLP layer: *out_top1 [C, out] of out_dtype = (ReLU
   // of) W_req r_req + b1 repeated over each request's candidates, plus
   // W_cand r_cand.
   Status SplitTop1(CudaPass* pass, bool relu, DType out_dtype, void** out_top1);
   // LinearCuda on stream_ with the model's cuBLASLt workspace.
   Status RunLinear(LinearParams p);
-  // Pads h [T, d] to [R, N, d] (zeros past each length).
-  Status PadHistory(const CudaPass& pass, float** out);
+  // Pads h [T, d] to [R, N, d] (zeros past each length), attention dtype.
+  Status PadHistory(const CudaPass& pass, void** out);
+  // y [m, n] (+)= x [m, k] W^T, every operand of the attention dtype.
+  Status AttnLinear(const void* x, const void* w, int m, int n, int k, void* y, bool accumulate);
   // Target attention's operands in the attention dtype: e [C, d], z as laid
   // out by the strategy, and room for u [C, d].
   Status TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn, void** u_attn);
-  // z [rows, d] = o Wo^T + tokens, o in the attention dtype.
-  Status ProjectOutAndAdd(const void* o_attn, const float* tokens, int64_t rows, CudaPass* pass);
+  // z [rows, d] = tokens + o Wo^T, in place over `tokens`; attention dtype.
+  Status ProjectOutAndAdd(const void* o_attn, void* tokens, int64_t rows, CudaPass* pass);
 
   ModelConfig config_;
   ModelOptions options_;
@@ -275,8 +279,8 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   std::vector<const void*> sparse_tables_;
   const void* item_table_ = nullptr;
   const void* position_table_ = nullptr;
-  const float* wqkv_ = nullptr;  // [3d, d] = Wq; Wk; Wv
-  const float* wo_ = nullptr;
+  const void* wqkv_ = nullptr;  // [3d, d] = Wq; Wk; Wv, of the attention dtype
+  const void* wo_ = nullptr;    // [d, d], of the attention dtype
   std::vector<void*> live_;      // this batch's pool allocations
   int64_t live_bytes_ = 0;
   std::atomic<int64_t> workspace_peak_bytes_{0};
@@ -412,10 +416,11 @@ Status CudaModel::Init(const ModelWeights& w) {
   std::memcpy(qkv.data(), w.Find("history.attn.q")->data, sizeof(float) * d * d);
   std::memcpy(qkv.data() + d * d, w.Find("history.attn.k")->data, sizeof(float) * d * d);
   std::memcpy(qkv.data() + 2 * d * d, w.Find("history.attn.v")->data, sizeof(float) * d * d);
-  void* p = nullptr;
-  RETURN_IF_ERROR(Upload(qkv.data(), qkv.size() * sizeof(float), &p));
-  wqkv_ = static_cast<const float*>(p);
-  RETURN_IF_ERROR(UploadF32(*w.Find("history.attn.o"), &wo_));
+  // The projections run on the attention dtype's operands (bf16 GEMMs with
+  // float32 accumulation, or float32).
+  RETURN_IF_ERROR(UploadAs(qkv.data(), qkv.size(), attn_dtype_, &wqkv_));
+  const WeightTensor& wo = *w.Find("history.attn.o");
+  RETURN_IF_ERROR(UploadAs(wo.data, wo.num_elements(), attn_dtype_, &wo_));
   RETURN_IF_CUDA_ERROR(cudaDeviceSynchronize());
   return Status::Ok();
 }
@@ -474,17 +479,6 @@ void CudaModel::FreeBatchWorkspace() {
   for (void* p : live_) cudaFreeAsync(p, stream_.get());
   live_.clear();
   live_bytes_ = 0;
-}
-
-Status CudaModel::Linear(const float* x, const float* w, int m, int n, int k, float* y) {
-  LinearParams p = {};
-  p.x = x;
-  p.weight = w;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.y = y;
-  return RunLinear(p);
 }
 
 Status CudaModel::RunLinear(LinearParams p) {
@@ -710,7 +704,9 @@ Status CudaModel::EmbedCandidates(CudaPass* pass) {
 // 3. History embeddings h [T, d].
 Status CudaModel::EmbedHistory(CudaPass* pass) {
   const int d = config_.embedding_dim;
-  RETURN_IF_ERROR(Alloc(size_t(pass->num_history_tokens) * d, &pass->h));
+  char* h = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(pass->num_history_tokens) * d * DTypeSize(attn_dtype_), &h));
+  pass->h = h;
   HistoryGatherParams p = {};
   p.ids = pass->hist_ids;
   p.offsets = pass->hist_offsets;
@@ -722,6 +718,8 @@ Status CudaModel::EmbedHistory(CudaPass* pass) {
   p.max_len = config_.max_history_len;
   p.dim = d;
   p.out = pass->h;
+  p.out_dtype = attn_dtype_;
+  p.longest = pass->max_history;
   return HistoryGatherCuda(p, stream_.get());
 }
 
@@ -823,16 +821,16 @@ Status CudaModel::SplitTop1(CudaPass* pass, bool relu, DType out_dtype, void** o
   return Status::Ok();
 }
 
-Status CudaModel::PadHistory(const CudaPass& pass, float** out) {
+Status CudaModel::PadHistory(const CudaPass& pass, void** out) {
   const int d = config_.embedding_dim;
-  RETURN_IF_ERROR(Alloc(size_t(pass.num_requests) * pass.max_history * d, out));
+  RETURN_IF_ERROR(AllocAttn(int64_t{pass.num_requests} * pass.max_history * d, out));
   JaggedToPaddedParams p = {};
   p.values = pass.h;
   p.offsets = pass.hist_offsets;
   p.batch = pass.num_requests;
   p.max_len = pass.max_history;
   p.width = d;
-  p.dtype = DType::kFloat32;
+  p.dtype = attn_dtype_;
   p.padded = *out;
   return JaggedToPaddedCuda(p, stream_.get());
 }
@@ -841,19 +839,29 @@ Status CudaModel::TargetOperands(const CudaPass& pass, const void** e_attn, cons
                                  void** u_attn) {
   const int64_t count = int64_t{pass.num_candidates} * config_.embedding_dim;
   RETURN_IF_ERROR(ToAttn(pass.e, count, e_attn));
-  RETURN_IF_ERROR(ToAttn(pass.z, pass.z_rows * config_.embedding_dim, z_attn));
+  *z_attn = pass.z;
   return AllocAttn(count, u_attn);
 }
 
-Status CudaModel::ProjectOutAndAdd(const void* o_attn, const float* tokens, int64_t rows, CudaPass* pass) {
+Status CudaModel::AttnLinear(const void* x, const void* w, int m, int n, int k, void* y, bool accumulate) {
+  LinearParams p = {};
+  p.x = x;
+  p.weight = w;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.y = y;
+  p.accumulate = accumulate;
+  p.in_dtype = attn_dtype_;
+  p.out_dtype = attn_dtype_;
+  return RunLinear(p);
+}
+
+Status CudaModel::ProjectOutAndAdd(const void* o_attn, void* tokens, int64_t rows, CudaPass* pass) {
   const int d = config_.embedding_dim;
-  float* o = nullptr;
-  RETURN_IF_ERROR(FromAttn(o_attn, rows * d, &o));
-  float* z = nullptr;
-  RETURN_IF_ERROR(Alloc(size_t(rows) * d, &z));
-  RETURN_IF_ERROR(Linear(o, wo_, static_cast<int>(rows), d, d, z));
-  RETURN_IF_ERROR(AddInPlaceCuda(z, tokens, rows * d, stream_.get()));
-  pass->z = z;
+  // z = tokens + o Wo^T, accumulated in place over the tokens (float32 sums).
+  RETURN_IF_ERROR(AttnLinear(o_attn, wo_, static_cast<int>(rows), d, d, tokens, /*accumulate=*/true));
+  pass->z = tokens;
   pass->z_rows = rows;
   return Status::Ok();
 }
@@ -866,19 +874,15 @@ Status CudaFlash::SelfAttention(CudaPass* pass) {
   const int N = pass->max_history;
   const int d = m.config_.embedding_dim;
   const int H = m.config_.attention_heads;
-  const float* tokens = pass->h;  // the rows the projections run over
+  void* tokens = pass->h;  // the rows the projections run over
   int64_t rows = pass->num_history_tokens;
   if (padded_) {
-    float* hp = nullptr;
-    RETURN_IF_ERROR(m.PadHistory(*pass, &hp));
-    tokens = hp;
+    RETURN_IF_ERROR(m.PadHistory(*pass, &tokens));
     rows = int64_t{R} * N;
   }
-  float* qkv = nullptr;
-  RETURN_IF_ERROR(m.Alloc(size_t(rows) * 3 * d, &qkv));
-  RETURN_IF_ERROR(m.Linear(tokens, m.wqkv_, static_cast<int>(rows), 3 * d, d, qkv));
-  const void* qkv_attn = nullptr;
-  RETURN_IF_ERROR(m.ToAttn(qkv, rows * 3 * d, &qkv_attn));
+  void* qkv_attn = nullptr;
+  RETURN_IF_ERROR(m.AllocAttn(rows * 3 * d, &qkv_attn));
+  RETURN_IF_ERROR(m.AttnLinear(tokens, m.wqkv_, static_cast<int>(rows), 3 * d, d, qkv_attn, /*accumulate=*/false));
   void* o_attn = nullptr;
   RETURN_IF_ERROR(m.AllocAttn(rows * d, &o_attn));
   const size_t esize = DTypeSize(m.attn_dtype_);
@@ -941,16 +945,16 @@ Status CudaPaddedDense::SelfAttention(CudaPass* pass) {
   const int N = pass->max_history;
   const int d = m.config_.embedding_dim;
   const int H = m.config_.attention_heads;
-  float* hp = nullptr;
+  void* hp = nullptr;
   RETURN_IF_ERROR(m.PadHistory(*pass, &hp));
   const int64_t rows = int64_t{R} * N;
   const void* proj[3];
-  const float* w[3] = {m.wqkv_, m.wqkv_ + size_t(d) * d, m.wqkv_ + size_t(2) * d * d};
-  for (int i = 0; i < 3; ++i) {
-    float* y = nullptr;
-    RETURN_IF_ERROR(m.Alloc(size_t(rows) * d, &y));
-    RETURN_IF_ERROR(m.Linear(hp, w[i], static_cast<int>(rows), d, d, y));
-    RETURN_IF_ERROR(m.ToAttn(y, rows * d, &proj[i]));
+  for (int i = 0; i < 3; ++i) {  // Wq, Wk, Wv: row blocks of wqkv_
+    const void* w = static_cast<const char*>(m.wqkv_) + size_t(i) * d * d * DTypeSize(m.attn_dtype_);
+    void* y = nullptr;
+    RETURN_IF_ERROR(m.AllocAttn(rows * d, &y));
+    RETURN_IF_ERROR(m.AttnLinear(hp, w, static_cast<int>(rows), d, d, y, /*accumulate=*/false));
+    proj[i] = y;
   }
   void* o_attn = nullptr;
   RETURN_IF_ERROR(m.AllocAttn(rows * d, &o_attn));

@@ -340,6 +340,18 @@ TEST_F(KernelsGpuTest, HistoryGatherMatchesCpu) {
           EXPECT_EQ(CountNonFinite(got), 0);
           EXPECT_LT(RelativeError(got, expected), 1e-6)
               << DTypeName(dtype) << " dim " << dim << " batch " << batch << " longest " << longest;
+
+          // bf16 out, the grid bounded by the batch's longest history: the
+          // same sums, rounded once.
+          DeviceArray<uint16_t> d_out_bf16(expected.size());
+          d_out_bf16.Poison();
+          p.out = d_out_bf16.data();
+          p.out_dtype = DType::kBFloat16;
+          p.longest = longest;
+          ASSERT_STATUS_OK(HistoryGatherCuda(p, stream_));
+          Sync();
+          EXPECT_EQ(FromBf16(d_out_bf16.ToHost()), FromBf16(ToBf16(expected)))
+              << DTypeName(dtype) << " dim " << dim << " batch " << batch << " longest " << longest;
         }
       }
     }

@@ -67,7 +67,7 @@ __global__ void GatherRowsKernel(const GatherRowsParams params) {
 // grid = (batch, ceil(max_len / blockDim.y)): block (b, y) covers tokens
 // j = y * blockDim.y + threadIdx.y of sequence b, so no thread searches the
 // offsets. Position row L-1-j < max_len whenever len(b) <= max_len (REQUIRED).
-template <typename T>
+template <typename T, typename OutT>
 __global__ void HistoryGatherKernel(const HistoryGatherParams params) {
   const int b = blockIdx.x;
   const int j = blockIdx.y * blockDim.y + threadIdx.y;
@@ -79,8 +79,8 @@ __global__ void HistoryGatherKernel(const HistoryGatherParams params) {
   const int64_t t = static_cast<int64_t>(begin) + j;
   const T* item = static_cast<const T*>(params.item_table) + IdToRow(params.ids[t], params.item_rows) * params.dim;
   const T* pos = static_cast<const T*>(params.position_table) + static_cast<int64_t>(position) * params.dim;
-  float* out = params.out + t * params.dim;
-  for (int c = threadIdx.x; c < params.dim; c += blockDim.x) out[c] = ToFloat(item[c]) + ToFloat(pos[c]);
+  OutT* out = static_cast<OutT*>(params.out) + t * params.dim;
+  for (int c = threadIdx.x; c < params.dim; c += blockDim.x) out[c] = FromFloat<OutT>(ToFloat(item[c]) + ToFloat(pos[c]));
 }
 
 }  // namespace cuda

@@ -103,8 +103,13 @@ Status HistoryGatherCuda(const HistoryGatherParams& params, cudaStream_t stream)
   // ids and out hold T = offsets[batch] rows, unknown here: both may be null
   // (an empty tensor) when every history is empty; the kernel then reads and
   // writes nothing.
+  if (params.longest < 0 || params.longest > params.max_len) {
+    return Status::InvalidArgument("longest = " + std::to_string(params.longest) + ", must be in [0, max_len = " +
+                                   std::to_string(params.max_len) + "]");
+  }
   const dim3 block = cuda::RowBlock(params.dim);
-  const int chunks = static_cast<int>((int64_t{params.max_len} + block.y - 1) / block.y);
+  const int extent = params.longest > 0 ? params.longest : params.max_len;
+  const int chunks = static_cast<int>((int64_t{extent} + block.y - 1) / block.y);
   if (chunks > cuda::kMaxGridYZ) {
     return Status::InvalidArgument("max_len = " + std::to_string(params.max_len) + " is above the grid limit " +
                                    std::to_string(int64_t{cuda::kMaxGridYZ} * block.y));
@@ -112,8 +117,10 @@ Status HistoryGatherCuda(const HistoryGatherParams& params, cudaStream_t stream)
   const dim3 grid(params.batch, chunks);
   return cuda::DispatchDType(params.table_dtype, "table_dtype", [&](auto tag) {
     using T = decltype(tag);
-    cuda::HistoryGatherKernel<T><<<grid, block, 0, stream>>>(params);
-    return CudaLaunchStatus("HistoryGatherKernel");
+    return cuda::DispatchDType(params.out_dtype, "out_dtype", [&](auto out_tag) {
+      cuda::HistoryGatherKernel<T, decltype(out_tag)><<<grid, block, 0, stream>>>(params);
+      return CudaLaunchStatus("HistoryGatherKernel");
+    });
   });
 }
 

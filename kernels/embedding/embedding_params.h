@@ -59,7 +59,9 @@ struct HistoryGatherParams {
   const void* position_table;    // [max_len, dim] of table_dtype
   int max_len;                   // >= 1: rows of position_table (max_history_len)
   int dim;                       // > 0
-  float* out;                    // [T, dim]
+  void* out;                     // [T, dim] of out_dtype
+  DType out_dtype;               // CUDA: float32 or bf16 (the sum rounded once); CPU: float32
+  int longest;                   // CUDA, optional: > 0 = no history is longer (the grid's extent)
   int num_threads;               // CPU only: most threads incl. the caller's; 0 = all cores
 };
 

@@ -22,6 +22,7 @@ Status HistoryGatherCpu(const HistoryGatherParams& params) {
   RETURN_IF_ERROR(cpu::CheckNotNull(p.item_table, "item_table"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.position_table, "position_table"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.out, "out"));
+  if (p.out_dtype != DType::kFloat32) return Status::InvalidArgument("out_dtype: the CPU function writes float32 only");
 
   // Requests shared from a counter (their lengths vary), a thread per
   // kMinRowsPerThread rows of the batch.
@@ -31,7 +32,7 @@ Status HistoryGatherCpu(const HistoryGatherParams& params) {
     const int32_t begin = p.offsets[b];
     const int32_t len = JaggedLen(p.offsets, static_cast<int>(b));
     for (int32_t j = 0; j < len; ++j) {
-      float* out = p.out + int64_t{begin + j} * p.dim;
+      float* out = static_cast<float*>(p.out) + int64_t{begin + j} * p.dim;
       cpu::CopyTableRow(p.item_table, p.table_dtype, IdToRow(p.ids[begin + j], p.item_rows), p.dim, out);
       cpu::AddTableRow(p.position_table, p.table_dtype, len - 1 - j, p.dim, out);  // P row 0 = most recent
     }
