@@ -67,6 +67,60 @@ __global__ void GatherRowsKernel(const GatherRowsParams params) {
 // grid = (batch, ceil(max_len / blockDim.y)): block (b, y) covers tokens
 // j = y * blockDim.y + threadIdx.y of sequence b, so no thread searches the
 // offsets. Position row L-1-j < max_len whenever len(b) <= max_len (REQUIRED).
+// Eight consecutive elements as float32: one 16-byte load of bf16, two of
+// float32 (REQUIRES 16-byte aligned p).
+__device__ __forceinline__ void Load8(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 word = __ldg(reinterpret_cast<const uint4*>(p));
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&word);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void Store8(__nv_bfloat16* p, const float (&v)[8]) {
+  uint4 word;
+  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&word);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = word;
+}
+__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// HistoryGatherKernel's work with eight elements per thread (dim % 8 == 0,
+// 16-byte aligned tables and out): blockDim.x = dim / 8 threads per token,
+// blockDim.y tokens; the same grid. A 128-wide bf16 row is 16 threads of one
+// 16-byte load from each table, against 128 two-byte loads.
+template <typename T, typename OutT>
+__global__ void HistoryGatherVec8Kernel(const HistoryGatherParams params) {
+  const int b = blockIdx.x;
+  const int j = blockIdx.y * blockDim.y + threadIdx.y;
+  const int begin = params.offsets[b];
+  const int len = params.offsets[b + 1] - begin;
+  if (j >= len) return;
+  const int position = len - 1 - j;
+  if (position >= params.max_len) return;  // broken REQUIRES: stay in bounds
+  const int64_t t = static_cast<int64_t>(begin) + j;
+  const int c = threadIdx.x * 8;
+  const T* item = static_cast<const T*>(params.item_table) + IdToRow(params.ids[t], params.item_rows) * params.dim;
+  const T* pos = static_cast<const T*>(params.position_table) + static_cast<int64_t>(position) * params.dim;
+  float a[8], p[8];
+  Load8(item + c, a);
+  Load8(pos + c, p);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] += p[i];
+  Store8(static_cast<OutT*>(params.out) + t * params.dim + c, a);
+}
+
 template <typename T, typename OutT>
 __global__ void HistoryGatherKernel(const HistoryGatherParams params) {
   const int b = blockIdx.x;

@@ -1,5 +1,6 @@
 // Launchers of the embedding family (declared in embedding.h).
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "kernels/embedding/embedding_kernel.cuh"
@@ -107,8 +108,13 @@ Status HistoryGatherCuda(const HistoryGatherParams& params, cudaStream_t stream)
     return Status::InvalidArgument("longest = " + std::to_string(params.longest) + ", must be in [0, max_len = " +
                                    std::to_string(params.max_len) + "]");
   }
-  const dim3 block = cuda::RowBlock(params.dim);
   const int extent = params.longest > 0 ? params.longest : params.max_len;
+  // Eight elements per thread where rows are whole 16-byte words (a warp per
+  // two 128-wide tokens); else one element per thread.
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool vec8 = params.dim % 8 == 0 && params.dim / 8 <= 256 && aligned(params.item_table) &&
+                    aligned(params.position_table) && aligned(params.out);
+  const dim3 block = vec8 ? dim3(params.dim / 8, std::max(1, 256 / (params.dim / 8))) : cuda::RowBlock(params.dim);
   const int chunks = static_cast<int>((int64_t{extent} + block.y - 1) / block.y);
   if (chunks > cuda::kMaxGridYZ) {
     return Status::InvalidArgument("max_len = " + std::to_string(params.max_len) + " is above the grid limit " +
@@ -118,7 +124,11 @@ Status HistoryGatherCuda(const HistoryGatherParams& params, cudaStream_t stream)
   return cuda::DispatchDType(params.table_dtype, "table_dtype", [&](auto tag) {
     using T = decltype(tag);
     return cuda::DispatchDType(params.out_dtype, "out_dtype", [&](auto out_tag) {
-      cuda::HistoryGatherKernel<T, decltype(out_tag)><<<grid, block, 0, stream>>>(params);
+      if (vec8) {
+        cuda::HistoryGatherVec8Kernel<T, decltype(out_tag)><<<grid, block, 0, stream>>>(params);
+      } else {
+        cuda::HistoryGatherKernel<T, decltype(out_tag)><<<grid, block, 0, stream>>>(params);
+      }
       return CudaLaunchStatus("HistoryGatherKernel");
     });
   });

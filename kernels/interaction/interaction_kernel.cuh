@@ -347,6 +347,7 @@ struct CandidatePairsTraits {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kVectorsPerRound = 16;  // 2 x 16 partials: one transposing butterfly
+  static constexpr int kMinBlocksPerSm = 3;    // 24 warps per SM (at most 85 registers)
 };
 
 // RequestOfCandidate for a whole warp (every lane gets the answer): each
@@ -378,7 +379,7 @@ __device__ __forceinline__ int WarpRequestOfCandidate(const int32_t* offsets, in
 // butterfly (31 shuffles) leaves one dot per lane: lane j's is column
 // 2 * first + j, already the row's order.
 template <int kChunks, typename OutT>
-__global__ void __launch_bounds__(CandidatePairsTraits::kThreads)
+__global__ void __launch_bounds__(CandidatePairsTraits::kThreads, CandidatePairsTraits::kMinBlocksPerSm)
     CandidatePairsKernel(const DotInteractionParams params, OutT* out, int stride) {
   constexpr int kRound = CandidatePairsTraits::kVectorsPerRound;
   const int lane = threadIdx.x % 32;
