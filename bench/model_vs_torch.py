@@ -818,17 +818,48 @@ def _scrape(port):
     return out
 
 
+def parse_served_variants(text):
+    """'name=SERVER FLAGS|LOADGEN FLAGS|RAMP;...' -> [(name, server flags, loadgen flags, ramp or None)]."""
+    variants = []
+    for item in (x.strip() for x in text.split(";")):
+        if not item:
+            continue
+        name, _, rest = item.partition("=")
+        parts = rest.split("|")
+        ramp = int_list(parts[2]) if len(parts) > 2 and parts[2].strip() else None
+        variants.append((name.strip(), parts[0].strip(), parts[1].strip() if len(parts) > 1 else "", ramp))
+    return variants
+
+
 def part_served(args, config_path, weights_path, law, per_law, peak, device, sampler, workdir, report):
+    """Each --served-variants entry on its own server; report["served"] is the first one's."""
+    report["served_variants"] = {}
+    for i, (name, server_extra, loadgen_extra, ramp) in enumerate(parse_served_variants(args.served_variants)):
+        served = report["served_variants"][name] = dict(ramp=[])
+        if i == 0:
+            report["served"] = served
+        try:
+            serve_one(args, config_path, weights_path, law, per_law, peak, device, sampler, workdir, served, name,
+                      server_extra, loadgen_extra, ramp or args.concurrency)
+        except Exception as e:  # noqa: BLE001
+            served["error"] = f"{type(e).__name__}: {e}"[:600]
+            log(f"served {name}: FAILED: {served['error']}")
+            if i == 0:
+                raise
+
+
+def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampler, workdir, served, name,
+              server_extra, loadgen_extra, ramp):
     for flag, path in (("--server-binary", args.server_binary), ("--loadgen-binary", args.loadgen_binary)):
         if not path or not os.path.exists(path):
             raise RuntimeError(f"{flag} '{path}': not found")
     port, metrics_port = free_port(), free_port()
-    server_log = os.path.join(workdir, "server.log")
+    server_log = os.path.join(workdir, f"server_{name}.log")
     cmd = [args.server_binary, "--grpc-address", f"127.0.0.1:{port}", "--metrics-address",
            f"127.0.0.1:{metrics_port}", "--model-config", config_path, "--model-weights", weights_path,
-           "--device", device] + args.server_flags.split()
-    log("served: " + " ".join(cmd))
-    served = report["served"] = dict(server_command=cmd, ramp=[])
+           "--device", device] + args.server_flags.split() + server_extra.split()
+    log(f"served {name}: " + " ".join(cmd))
+    served["server_command"] = cmd
     t_start = time.time()
     with open(server_log, "w") as logf:
         server = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
@@ -846,15 +877,15 @@ def part_served(args, config_path, weights_path, law, per_law, peak, device, sam
         served["startup_s"] = time.time() - t_start
         log(f"served: server ready in {served['startup_s']:.1f} s")
         best = None
-        for c in args.concurrency:
-            out = os.path.join(workdir, f"loadgen_c{c}.json")
+        for c in ramp:
+            out = os.path.join(workdir, f"loadgen_{name}_c{c}.json")
             lcmd = [args.loadgen_binary, "--address", f"127.0.0.1:{port}", "--concurrency", str(c),
                     "--history-median", str(law.history_median), "--history-sigma", str(law.history_sigma),
                     "--history-max", str(law.history_max), "--candidates-min", str(law.candidates_min),
                     "--candidates-max", str(law.candidates_max), "--sparse-ids-max", str(law.sparse_ids_max),
                     "--duration-s", str(args.loadgen_duration_s), "--warmup-s", str(args.loadgen_warmup_s),
-                    "--seed", str(args.seed), "--json-out", out] + args.loadgen_flags.split()
-            row = dict(part="served", concurrency=c)
+                    "--seed", str(args.seed), "--json-out", out] + args.loadgen_flags.split() + loadgen_extra.split()
+            row = dict(part="served", variant=name, concurrency=c)
             try:
                 proc = subprocess.run(lcmd, capture_output=True, text=True, timeout=args.part_timeout_s)
                 t_exit = time.time()
@@ -869,12 +900,12 @@ def part_served(args, config_path, weights_path, law, per_law, peak, device, sam
                 with_tflops(row, r["qps"] * per_law["per_request"] + r["candidates_per_s"] * per_law["per_candidate"],
                             1.0, peak)
                 row["within_p99"] = row["p99_ms"] <= args.p99_ms and row["errors"] == 0
-                log(f"served c={c}: {row['requests_per_s']:.0f} requests/s, {row['candidates_per_s'] / 1e6:.2f}M "
+                log(f"served {name} c={c}: {row['requests_per_s']:.0f} requests/s, {row['candidates_per_s'] / 1e6:.2f}M "
                     f"candidates/s, p99 {row['p99_ms']:.2f} ms, errors {row['errors']}, GPU busy "
                     f"{row['gpu_busy_pct'] if row['gpu_busy_pct'] is not None else 'n/a'}")
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {e}"[:400]
-                log(f"served c={c}: FAILED: {row['error']}")
+                log(f"served {name} c={c}: FAILED: {row['error']}")
             served["ramp"].append(row)
             if row.get("within_p99") and (best is None or row["candidates_per_s"] > best["candidates_per_s"]):
                 best = row
@@ -903,20 +934,29 @@ def summary_rows(report):
         rows.append(dict(r, name=f"twin {r['variant']}"))
     for r in report.get("inprocess") or []:
         rows.append(dict(r, name=f"in process {r.get('variant', 'jagrank')}"))
-    served = report.get("served") or {}
-    best = served.get("best")
-    if best:
-        m = served.get("metrics", {})
-        model_bytes = None
-        if "jagrank_model_weights_bytes" in m and "jagrank_workspace_peak_bytes" in m:
-            model_bytes = m["jagrank_model_weights_bytes"] + m["jagrank_workspace_peak_bytes"]
-        rows.append(dict(best, name=f"served (best c={best['concurrency']}, p99 {best['p99_ms']:.1f} ms)",
-                         requests_per_batch=None, ms_per_batch=None, peak_memory_bytes=model_bytes,
-                         device_peak_bytes=m.get("jagrank_device_memory_peak_bytes")))
-    elif served:
-        rows.append(dict(name="served", error="no ramp point within the p99 bound" if served.get("ramp") else
-                         served.get("error", "did not run")))
+    variants = report.get("served_variants") or ({"jagged": report["served"]} if report.get("served") else {})
+    for name, served in variants.items():
+        best = served.get("best")
+        if best:
+            rows.append(dict(best, name=f"served {name} (c={best['concurrency']}, p99 {best['p99_ms']:.1f} ms)",
+                             requests_per_batch=None, ms_per_batch=None, peak_memory_bytes=served_model_bytes(served),
+                             device_peak_bytes=served.get("metrics", {}).get("jagrank_device_memory_peak_bytes")))
+        else:
+            rows.append(dict(name=f"served {name}", error=served.get("error") or (
+                "no ramp point within the p99 bound" if served.get("ramp") else "did not run")))
     return rows
+
+
+def args_p99(report):
+    return f"{report.get('args', {}).get('p99_ms', 20):g}"
+
+
+def served_model_bytes(served):
+    """The server's weights + peak workspace (its /metrics after the ramp), or None."""
+    m = served.get("metrics", {})
+    if "jagrank_model_weights_bytes" in m and "jagrank_workspace_peak_bytes" in m:
+        return m["jagrank_model_weights_bytes"] + m["jagrank_workspace_peak_bytes"]
+    return None
 
 
 def print_table(report):
@@ -950,14 +990,29 @@ def print_table(report):
     for part, error in report["failures"].items():
         print(f"FAILED {part}: {error}")
     twin = [r for r in report.get("twin") or [] if r.get("candidates_per_s")]
-    served = (report.get("served") or {}).get("best")
+    variants = report.get("served_variants") or {}
+    # The headline counts jagrank's own strategy (every variant but the padded baselines), unary or streaming.
+    ours = [v["best"] for n, v in variants.items() if not n.startswith("padded") and v.get("best")]
+    served = max(ours, key=lambda r: r["candidates_per_s"]) if ours else (report.get("served") or {}).get("best")
+    for n, v in variants.items():
+        if twin and v.get("best"):
+            top = max(twin, key=lambda r: r["candidates_per_s"])
+            print(f"served {n} vs torch twin in process: {v['best']['candidates_per_s'] / top['candidates_per_s']:.2f}")
+    jagged, flash, dense = (variants.get(n, {}) for n in ("jagged", "padded_flash", "padded_dense"))
+    if jagged.get("best") and flash.get("best"):
+        print(f"jagged vs padded_flash candidates/s at p99<={args_p99(report)} ms: "
+              f"{jagged['best']['candidates_per_s'] / flash['best']['candidates_per_s']:.2f}")
+    if served_model_bytes(jagged) and served_model_bytes(dense):
+        print(f"jagged vs padded_dense peak memory (weights + workspace): "
+              f"{served_model_bytes(jagged) / served_model_bytes(dense):.2f}")
     if twin and served:
         top = max(twin, key=lambda r: r["candidates_per_s"])
         ratio = served["candidates_per_s"] / top["candidates_per_s"]
         report["served_vs_twin"] = dict(ratio=ratio, twin_variant=top["variant"],
                                         twin_requests_per_batch=top["requests_per_batch"])
         print(f"jagrank served vs torch twin in process: {ratio:.2f}  (served {served['candidates_per_s'] / 1e6:.2f}M "
-              f"candidates/s at c={served['concurrency']}; twin {top['variant']} R={top['requests_per_batch']} "
+              f"candidates/s, {served.get('variant', 'jagged')} at c={served['concurrency']}; twin {top['variant']} "
+              f"R={top['requests_per_batch']} "
               f"{top['candidates_per_s'] / 1e6:.2f}M)")
     else:
         why = ("no twin result" if not twin else "the served part failed" if "served" in report["failures"]
@@ -1039,6 +1094,11 @@ def parse_args(argv):
     p.add_argument("--loadgen-flags", default=DEFAULT_LOADGEN_FLAGS, help="extra jagrank-loadgen flags")
     p.add_argument("--concurrency", type=int_list, default=[128, 256, 512, 1024, 1536],
                    help="the closed-loop ramp")
+    p.add_argument("--served-variants", default="jagged=|",
+                   help="servers to ramp, ';'-separated NAME=SERVER FLAGS|LOADGEN FLAGS|RAMP (the last two "
+                        "optional; RAMP replaces --concurrency), e.g. 'jagged=|;stream=|--stream;"
+                        "padded_flash=--attention padded_flash;padded_dense=--attention padded_dense||16,32,64'. "
+                        "Names starting with 'padded' are baselines, left out of the headline ratio")
     p.add_argument("--loadgen-duration-s", type=float, default=4)
     p.add_argument("--loadgen-warmup-s", type=float, default=1)
     p.add_argument("--p99-ms", type=float, default=20)
