@@ -659,7 +659,8 @@ Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, F
 // 1. Bottom MLP, once per request: x [R, d].
 Status CudaModel::BottomMlp(CudaPass* pass) {
   void* x = nullptr;
-  RETURN_IF_ERROR(Mlp(bottom_, /*relu_last=*/true, pass->dense, pass->num_requests, DType::kFloat32, DType::kFloat32, &x));
+  RETURN_IF_ERROR(
+      Mlp(bottom_, /*relu_last=*/true, pass->dense, pass->num_requests, DType::kFloat32, DType::kFloat32, &x));
   pass->x = static_cast<float*>(x);
   return Status::Ok();
 }
@@ -753,6 +754,7 @@ Status CudaModel::Interaction(CudaPass* pass) {
   const size_t esize = DTypeSize(mlp_dtype_);
   char* request_part = nullptr;
   char* candidate_part = nullptr;
+  p.max_candidates = pass->max_candidates;
   RETURN_IF_ERROR(Alloc(size_t(pass->num_requests) * top1_request_.in * esize, &request_part));
   RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_candidate_.in * esize, &candidate_part));
   pass->request_part = request_part;

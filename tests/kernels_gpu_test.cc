@@ -487,31 +487,38 @@ TEST_F(KernelsGpuTest, DotInteractionSplitMatchesCpuWithZeroPadding) {
 
       const DeviceArray<float> d_x(x), d_pooled(pooled), d_u(u), d_e(e);
       const DeviceArray<int32_t> d_offsets(offsets);
-      DeviceArray<float> d_request(request_expected.size()), d_candidate(candidate_expected.size());
-      d_request.Poison();
-      d_candidate.Poison();
-      p.x = d_x.data();
-      p.pooled = d_pooled.data();
-      p.u = d_u.data();
-      p.e = d_e.data();
-      p.candidate_offsets = d_offsets.data();
-      ASSERT_STATUS_OK(DotInteractionSplitCuda(p, d_request.data(), request_stride, d_candidate.data(),
-                                               candidate_stride, DType::kFloat32, stream_));
-      Sync();
-      if (num_candidates == 0) continue;  // nothing is computed (as on the CPU)
-      const auto request_got = d_request.ToHost();
-      const auto candidate_got = d_candidate.ToHost();
-      EXPECT_EQ(CountNonFinite(request_got), 0);
-      EXPECT_EQ(CountNonFinite(candidate_got), 0);
-      EXPECT_LT(RelativeError(request_got, request_expected), 1e-5) << "F " << num_sparse << " dim " << dim;
-      EXPECT_LT(RelativeError(candidate_got, candidate_expected), 1e-5)
-          << "F " << num_sparse << " dim " << dim << " requests " << num_requests;
-      for (int r = 0; r < num_requests; ++r) {
-        for (int i = request_width; i < request_stride; ++i) ASSERT_EQ(request_got[size_t(r) * request_stride + i], 0.0f);
-      }
-      for (int c = 0; c < num_candidates; ++c) {
-        for (int i = candidate_width; i < candidate_stride; ++i) {
-          ASSERT_EQ(candidate_got[size_t(c) * candidate_stride + i], 0.0f);
+      // max_candidates 0: a warp per candidate found by search; > 0: a block
+      // per request chunk with the request's vectors in shared memory.
+      for (const int bound : {0, max_candidates}) {
+        p.max_candidates = bound;
+        DeviceArray<float> d_request(request_expected.size()), d_candidate(candidate_expected.size());
+        d_request.Poison();
+        d_candidate.Poison();
+        p.x = d_x.data();
+        p.pooled = d_pooled.data();
+        p.u = d_u.data();
+        p.e = d_e.data();
+        p.candidate_offsets = d_offsets.data();
+        ASSERT_STATUS_OK(DotInteractionSplitCuda(p, d_request.data(), request_stride, d_candidate.data(),
+                                                 candidate_stride, DType::kFloat32, stream_));
+        Sync();
+        if (num_candidates == 0) continue;  // nothing is computed (as on the CPU)
+        const auto request_got = d_request.ToHost();
+        const auto candidate_got = d_candidate.ToHost();
+        EXPECT_EQ(CountNonFinite(request_got), 0);
+        EXPECT_EQ(CountNonFinite(candidate_got), 0);
+        EXPECT_LT(RelativeError(request_got, request_expected), 1e-5) << "F " << num_sparse << " dim " << dim;
+        EXPECT_LT(RelativeError(candidate_got, candidate_expected), 1e-5)
+            << "F " << num_sparse << " dim " << dim << " requests " << num_requests << " max_candidates " << bound;
+        for (int r = 0; r < num_requests; ++r) {
+          for (int i = request_width; i < request_stride; ++i) {
+            ASSERT_EQ(request_got[size_t(r) * request_stride + i], 0.0f);
+          }
+        }
+        for (int c = 0; c < num_candidates; ++c) {
+          for (int i = candidate_width; i < candidate_stride; ++i) {
+            ASSERT_EQ(candidate_got[size_t(c) * candidate_stride + i], 0.0f);
+          }
         }
       }
     }
@@ -735,7 +742,8 @@ TEST_F(KernelsGpuTest, LinearMatchesCpuWithEveryEpilogue) {
           DeviceArray<float> d_y(expected.size());
           d_y.Poison();
           if (accumulate) {
-            ASSERT_EQ(cudaMemcpy(d_y.data(), y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(d_y.data(), y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice),
+                      cudaSuccess);
           }
           p.x = d_x.data();
           p.weight = d_w.data();

@@ -194,7 +194,8 @@ void CheckStagedPipeline() {
   // the stager, woken when the previous Run returns, stages the next batch
   // while it computes: with only small batches a fast Run could finish before
   // the stager thread woke up (seen on the H200 once the model got faster).
-  const int shapes[][2] = {{64, 64}, {1, 1}, {17, 200}, {0, 1}, {40, 8}, {3, 128}, {64, 32}, {9, 3}, {28, 60}, {512, 400}};
+  const int shapes[][2] = {{64, 64}, {1, 1},   {17, 200}, {0, 1},   {40, 8},
+                           {3, 128}, {64, 32}, {9, 3},    {28, 60}, {512, 400}};
   uint64_t seed = 100;
   for (const auto& shape : shapes) batches.push_back(RandomBatch(c, shape[0], shape[1], seed++));
   const int nb = static_cast<int>(batches.size());

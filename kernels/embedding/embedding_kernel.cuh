@@ -134,7 +134,8 @@ __global__ void HistoryGatherKernel(const HistoryGatherParams params) {
   const T* item = static_cast<const T*>(params.item_table) + IdToRow(params.ids[t], params.item_rows) * params.dim;
   const T* pos = static_cast<const T*>(params.position_table) + static_cast<int64_t>(position) * params.dim;
   OutT* out = static_cast<OutT*>(params.out) + t * params.dim;
-  for (int c = threadIdx.x; c < params.dim; c += blockDim.x) out[c] = FromFloat<OutT>(ToFloat(item[c]) + ToFloat(pos[c]));
+  for (int c = threadIdx.x; c < params.dim; c += blockDim.x)
+    out[c] = FromFloat<OutT>(ToFloat(item[c]) + ToFloat(pos[c]));
 }
 
 }  // namespace cuda

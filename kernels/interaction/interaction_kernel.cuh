@@ -284,7 +284,8 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
       }
     }
     const float candidate_dot = WarpTransposeSum(part, lane);
-    if (candidate_column >= 0 && slot < count) params.out[(c + slot) * row_width + dim + candidate_column] = candidate_dot;
+    if (candidate_column >= 0 && slot < count)
+      params.out[(c + slot) * row_width + dim + candidate_column] = candidate_dot;
     if (request_column >= 0) {
       for (int s = 0; s < count; ++s) params.out[(c + s) * row_width + dim + request_column] = request_dot;
     }
@@ -438,6 +439,77 @@ __global__ void __launch_bounds__(CandidatePairsTraits::kThreads, CandidatePairs
   for (int offset = 16; offset > 0; offset /= 2) ue += __shfl_xor_sync(0xffffffffu, ue, offset);
   if (lane == 0) row[2 * m] = FromFloat<OutT>(ue);
   for (int k = 2 * m + 1 + lane; k < stride; k += 32) row[k] = FromFloat<OutT>(0.0f);
+}
+
+// CandidatePairsKernel's rows with the request's vectors staged in shared
+// memory: block (r, chunk) takes candidates chunk * kCandidatesPerBlock ..
+// of request r (grid = (R, ceil(max_candidates / kCandidatesPerBlock)); past
+// the request's end a block leaves), stages x_r, p_1..F,r once ([m, dim]
+// floats), then each warp takes every kWarps-th candidate: no search, and the
+// request's vectors come from shared memory instead of the cache.
+struct CandidatePairsSmemTraits {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kCandidatesPerBlock = 64;
+};
+
+template <int kChunks, typename OutT>
+__global__ void __launch_bounds__(CandidatePairsSmemTraits::kThreads)
+    CandidatePairsSmemKernel(const DotInteractionParams params, OutT* out, int stride) {
+  static_assert(kChunks > 0, "dim <= 32 * kChunks held in registers");
+  constexpr int kRound = CandidatePairsTraits::kVectorsPerRound;
+  extern __shared__ float vectors[];  // [m, dim]
+  const int r = blockIdx.x;
+  const int begin = __ldg(params.candidate_offsets + r) + blockIdx.y * CandidatePairsSmemTraits::kCandidatesPerBlock;
+  const int end = min(__ldg(params.candidate_offsets + r + 1),
+                      begin + CandidatePairsSmemTraits::kCandidatesPerBlock);
+  if (begin >= end) return;  // the whole block: nothing below syncs after this
+  const int dim = params.dim;
+  const int m = params.num_sparse + 1;
+  const int64_t feature_stride = static_cast<int64_t>(params.num_requests) * dim;
+  for (int i = threadIdx.x; i < m * dim; i += blockDim.x) {
+    const int a = i / dim, k = i % dim;
+    vectors[i] = a == 0 ? __ldg(params.x + static_cast<int64_t>(r) * dim + k)
+                        : __ldg(params.pooled + (a - 1) * feature_stride + static_cast<int64_t>(r) * dim + k);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  for (int c = begin + static_cast<int>(threadIdx.x / 32); c < end; c += CandidatePairsSmemTraits::kWarps) {
+    const float* u = params.u + static_cast<int64_t>(c) * dim;
+    const float* e = params.e + static_cast<int64_t>(c) * dim;
+    OutT* row = out + static_cast<int64_t>(c) * stride;
+    float u_held[kChunks], e_held[kChunks];
+    float ue = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int k = i * 32 + lane;
+      u_held[i] = k < dim ? __ldg(u + k) : 0.0f;
+      e_held[i] = k < dim ? __ldg(e + k) : 0.0f;
+      ue = fmaf(u_held[i], e_held[i], ue);
+    }
+    for (int first = 0; first < m; first += kRound) {
+      float part[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) part[i] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int k = i * 32 + lane;
+#pragma unroll
+        for (int j = 0; j < kRound; ++j) {
+          const int a = first + j;
+          const float vk = k < dim && a < m ? vectors[a * dim + k] : 0.0f;
+          part[2 * j] = fmaf(vk, u_held[i], part[2 * j]);
+          part[2 * j + 1] = fmaf(vk, e_held[i], part[2 * j + 1]);
+        }
+      }
+      const float dot = WarpTransposeSum(part, lane);
+      if (first + lane / 2 < m) row[2 * first + lane] = FromFloat<OutT>(dot);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) ue += __shfl_xor_sync(0xffffffffu, ue, offset);
+    if (lane == 0) row[2 * m] = FromFloat<OutT>(ue);
+    for (int k = 2 * m + 1 + lane; k < stride; k += 32) row[k] = FromFloat<OutT>(0.0f);
+  }
 }
 
 }  // namespace cuda

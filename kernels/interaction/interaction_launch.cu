@@ -128,10 +128,30 @@ Status DotInteractionSplitCuda(const DotInteractionParams& params, void* request
     }
     cuda::RequestPairsKernel<OutT><<<params.num_requests, 128, smem_bytes, stream>>>(params, request, request_stride);
     RETURN_IF_ERROR(CudaLaunchStatus("RequestPairsKernel"));
-    using Traits = cuda::CandidatePairsTraits;
-    const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
     // u_c and e_c held in registers up to dim = 128 (4 elements per lane).
     const int chunks = (params.dim + 31) / 32;
+    // With the most candidates per request known and the request's vectors
+    // fitting in 48 KB of shared memory: a block per request chunk.
+    using Smem = cuda::CandidatePairsSmemTraits;
+    const int64_t vector_bytes = int64_t{m} * params.dim * 4;
+    const int64_t request_chunks =
+        (int64_t{params.max_candidates} + Smem::kCandidatesPerBlock - 1) / Smem::kCandidatesPerBlock;
+    if (params.max_candidates > 0 && chunks <= 4 && vector_bytes <= 48 * 1024 && request_chunks <= cuda::kMaxGridYZ) {
+      const dim3 grid(params.num_requests, static_cast<unsigned>(request_chunks));
+      if (chunks == 1) {
+        cuda::CandidatePairsSmemKernel<1, OutT>
+            <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+      } else if (chunks == 2) {
+        cuda::CandidatePairsSmemKernel<2, OutT>
+            <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+      } else {
+        cuda::CandidatePairsSmemKernel<4, OutT>
+            <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+      }
+      return CudaLaunchStatus("CandidatePairsSmemKernel");
+    }
+    using Traits = cuda::CandidatePairsTraits;
+    const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
     if (chunks == 1) {
       cuda::CandidatePairsKernel<1, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
     } else if (chunks == 2) {

@@ -30,6 +30,7 @@ struct DotInteractionParams {
   int dim;                          // d > 0
   float* out;                       // [num_candidates, DotInteractionOutputWidth(num_sparse, dim)]
   int num_threads;                  // DotInteractionSplitCpu only: most threads incl. the caller's; 0 = all cores
+  int max_candidates;               // DotInteractionSplitCuda, optional: > 0 = no request has more candidates
 };
 
 }  // namespace jagrank

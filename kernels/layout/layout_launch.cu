@@ -81,7 +81,8 @@ Status RepeatRowsCuda(const RepeatRowsParams& params, cudaStream_t stream) {
     const dim3 word_block = cuda::RowBlock(words.width > (1 << 20) ? (1 << 20) : static_cast<int>(words.width));
     const int64_t word_chunks = (int64_t{p.max_len} + word_block.y - 1) / word_block.y;
     if (word_chunks <= cuda::kMaxGridYZ) {
-      cuda::RepeatRowsKernel<uint4><<<dim3(p.batch, static_cast<unsigned>(word_chunks)), word_block, 0, stream>>>(words);
+      cuda::RepeatRowsKernel<uint4>
+          <<<dim3(p.batch, static_cast<unsigned>(word_chunks)), word_block, 0, stream>>>(words);
       return CudaLaunchStatus("RepeatRowsKernel");
     }
   }
