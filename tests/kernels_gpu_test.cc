@@ -1387,11 +1387,65 @@ TEST(KernelsGpuArgumentsTest, CAbiAcceptsNullPointersOfEmptyTensors) {
                                           1, 32, 2, 0.125f, nullptr),
             JAGRANK_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jagrank_last_error()).find("q is null"), std::string::npos) << jagrank_last_error();
-  // Candidates and a history may exist: z must be there.
+  // Candidates and a history may exist: z must be there, named as the C ABI names it.
   EXPECT_EQ(jagrank_jagged_target_attention(z, offsets, 2, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16, 0.125f,
                                             const_cast<uint16_t*>(z), nullptr),
             JAGRANK_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(jagrank_last_error()).find("k is null"), std::string::npos) << jagrank_last_error();
+  EXPECT_NE(std::string(jagrank_last_error()).find("z is null"), std::string::npos) << jagrank_last_error();
+}
+
+// A null pointer that would be read or written is INVALID_ARGUMENT naming the
+// C argument, checked on the host before any CUDA call (runs without a device).
+TEST(KernelsGpuArgumentsTest, CAbiRejectsNullPointersThatWouldBeUsed) {
+  const int32_t offsets[4] = {0, 0, 0, 0};
+  alignas(16) static uint16_t z[64] = {};
+  const auto expect_null_named = [](int rc, const std::string& argument) {
+    EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT) << argument;
+    EXPECT_NE(std::string(jagrank_last_error()).find(argument + " is null"), std::string::npos)
+        << "wanted '" << argument << " is null', got: " << jagrank_last_error();
+  };
+  // Three sequences need four offsets, even when every one is empty.
+  expect_null_named(jagrank_jagged_self_attention(nullptr, nullptr, nullptr, nullptr, JAGRANK_DTYPE_BFLOAT16, nullptr,
+                                                  3, 2, 64, 0, 0.125f, nullptr),
+                    "offsets");
+  // Tokens may exist (max_len > 0): each of k, v, o is needed.
+  expect_null_named(jagrank_jagged_self_attention(z, nullptr, z, z, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 1, 32, 2,
+                                                  0.125f, nullptr),
+                    "k");
+  expect_null_named(jagrank_jagged_self_attention(z, z, nullptr, z, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 1, 32, 2,
+                                                  0.125f, nullptr),
+                    "v");
+  expect_null_named(jagrank_jagged_self_attention(z, z, z, nullptr, JAGRANK_DTYPE_FLOAT32, offsets, 3, 1, 32, 2,
+                                                  0.125f, nullptr),
+                    "o");
+  // Target attention: both offsets arrays whenever batch > 0; q and o when candidates may exist.
+  expect_null_named(jagrank_jagged_target_attention(nullptr, nullptr, 0, nullptr, offsets, 0, 3, 64,
+                                                    JAGRANK_DTYPE_BFLOAT16, 0.125f, nullptr, nullptr),
+                    "candidate_offsets");
+  expect_null_named(jagrank_jagged_target_attention(nullptr, offsets, 0, nullptr, nullptr, 0, 3, 64,
+                                                    JAGRANK_DTYPE_BFLOAT16, 0.125f, nullptr, nullptr),
+                    "history_offsets");
+  expect_null_named(jagrank_jagged_target_attention(nullptr, offsets, 2, z, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
+                                                    0.125f, z, nullptr),
+                    "q");
+  expect_null_named(jagrank_jagged_target_attention(z, offsets, 2, z, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
+                                                    0.125f, nullptr, nullptr),
+                    "o");
+  EXPECT_EQ(jagrank_embedding_bag(nullptr, nullptr, 2, z, JAGRANK_DTYPE_BFLOAT16, 64, 8, nullptr, nullptr),
+            JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("offsets: null"), std::string::npos) << jagrank_last_error();
+
+  // The empty cases next to them stay accepted: no history at all (z unread,
+  // candidate rows would be zeros but there are none), and candidates over
+  // histories that are all empty, where z is never read.
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
+                                            0.125f, nullptr, nullptr),
+            JAGRANK_OK)
+      << jagrank_last_error();
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, nullptr, 2, nullptr, nullptr, 0, 0, 32, JAGRANK_DTYPE_BFLOAT16,
+                                            0.125f, nullptr, nullptr),
+            JAGRANK_OK)
+      << jagrank_last_error();
 }
 
 }  // namespace

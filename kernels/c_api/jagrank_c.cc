@@ -61,6 +61,19 @@ void SetContiguousAttention(const void* q, const void* k, const void* v, void* o
   params->q_row_stride = params->k_row_stride = params->v_row_stride = params->o_row_stride = row_stride;
 }
 
+// The C ABI's own names for the pointers whose launcher field is named
+// otherwise (offsets -> q_offsets and k_offsets, z -> k and v): an offsets
+// array describes the batch and is required whenever batch > 0 (PyTorch never
+// hands out a null pointer for a non-empty tensor, so a null one there is a
+// caller's bug even when max_len = 0 means nothing would be read).
+Status CheckOffsets(const int32_t* offsets, int32_t batch, const char* argument) {
+  if (batch > 0 && offsets == nullptr) {
+    return Status::InvalidArgument(std::string(argument) + " is null (batch = " + std::to_string(batch) +
+                                   " needs batch + 1 entries)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace jagrank
 
@@ -93,6 +106,7 @@ int jagrank_jagged_self_attention(const void* q, const void* k, const void* v, v
   return jagrank::Call("jagrank_jagged_self_attention", [&] {
     jagrank::AttentionParams params = {};
     RETURN_IF_ERROR(jagrank::ToDType(dtype, "dtype", &params.dtype));
+    RETURN_IF_ERROR(jagrank::CheckOffsets(offsets, batch, "offsets"));
     jagrank::SetContiguousAttention(q, k, v, o, int64_t{num_heads} * head_dim, &params);
     params.q_offsets = offsets;
     params.k_offsets = offsets;
@@ -113,6 +127,12 @@ int jagrank_jagged_target_attention(const void* q, const int32_t* candidate_offs
   return jagrank::Call("jagrank_jagged_target_attention", [&] {
     jagrank::AttentionParams params = {};
     RETURN_IF_ERROR(jagrank::ToDType(dtype, "dtype", &params.dtype));
+    RETURN_IF_ERROR(jagrank::CheckOffsets(candidate_offsets, batch, "candidate_offsets"));
+    RETURN_IF_ERROR(jagrank::CheckOffsets(history_offsets, batch, "history_offsets"));
+    // z is read (as keys and values) only when some candidate meets some history.
+    if (z == nullptr && batch > 0 && max_candidates > 0 && max_history_len > 0) {
+      return jagrank::Status::InvalidArgument("z is null (max_candidates and max_history_len > 0)");
+    }
     jagrank::SetContiguousAttention(q, z, z, o, dim, &params);
     params.q_offsets = candidate_offsets;
     params.k_offsets = history_offsets;

@@ -16,11 +16,18 @@
  *   - dtype: JAGRANK_DTYPE_FLOAT32 or JAGRANK_DTYPE_BFLOAT16. Accumulation is
  *     float32. bf16 attention operands need 16-byte aligned base pointers.
  *   - Empty tensors: a data pointer may be NULL (as PyTorch's data_ptr() is
- *     for an empty tensor) where nothing is read or written through it:
- *     every pointer but the table when batch = 0; ids when every bag is
- *     empty; q, k, v, o when max_len = 0 (no tokens); q and o when
- *     max_candidates = 0, z when max_history_len = 0. Pass the true maxima
- *     (0 when every sequence is empty).
+ *     for an empty tensor) where nothing is read or written through it.
+ *     Offsets live on the device, so the library cannot see the token count;
+ *     "nothing to read" is what batch and the max_* bounds say:
+ *       batch = 0: every pointer may be NULL but the table;
+ *       embedding bag: ids when every bag is empty;
+ *       self-attention: q, k, v, o when max_len = 0 (no tokens);
+ *       target attention: q and o when max_candidates = 0; z when
+ *       max_candidates = 0 or max_history_len = 0.
+ *     Offsets arrays may be NULL only when batch = 0 (a batch of empty
+ *     sequences still has batch + 1 offsets). Pass the true maxima (0 when
+ *     every sequence is empty); a NULL pointer that would be read is
+ *     JAGRANK_ERROR_INVALID_ARGUMENT with the argument's name ("q is null").
  *   - Thread-safe: no global state besides the per-thread error message.
  *
  * Python (ctypes) sketch:
