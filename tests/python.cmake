@@ -14,6 +14,18 @@ if(JAGRANK_PYTHON)
     TIMEOUT 120
     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 endif()
+# bench/attention_vs_torch.py without torch or a GPU: --dry-run's shape sets,
+# lengths and planned time (<= 3 min), the length laws, and the summary lines
+# --from-json prints (tests/bench_attention_vs_torch_test.py).
+if(JAGRANK_PYTHON)
+  add_test(NAME python_attention_vs_torch_dry_run_test
+           COMMAND ${JAGRANK_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench_attention_vs_torch_test.py -v
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(python_attention_vs_torch_dry_run_test PROPERTIES
+    LABELS python
+    TIMEOUT 120
+    ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+endif()
 if(NOT JAGRANK_PYTHON_STUBS)
   return()  # python/CMakeLists.txt warned: no grpc_tools, no stubs
 endif()
