@@ -27,6 +27,8 @@ elseif(JAGRANK_SANITIZER STREQUAL "address")
   set(_jagrank_san_flags -fsanitize=address,undefined -fno-sanitize-recover=all)
 else()
   set(_jagrank_san_flags -fsanitize=thread)
+  # The map field layout of the uninstrumented libprotobuf (see the header).
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:SHELL:-include ${CMAKE_CURRENT_LIST_DIR}/tsan_protobuf_abi.h>")
 endif()
 add_compile_options(${_jagrank_san_flags} -fno-omit-frame-pointer -g)
 add_link_options(${_jagrank_san_flags})

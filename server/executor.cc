@@ -26,7 +26,7 @@ Status CheckScoresFinite(const RankInput& input, const float* scores, int64_t co
   if (bad == 0) return Status::Ok();
   float largest = 0;
   for (float v : input.dense) largest = std::max(largest, std::fabs(v));
-  char text[192];
+  char text[256];  // the longest text (two 20-digit counts, a %g) fits
   std::snprintf(text, sizeof(text),
                 "scores are not finite (%lld of %lld candidates NaN or Inf): the model overflowed on this "
                 "request's features (largest |dense_features| = %g; are dense values too large?)",
