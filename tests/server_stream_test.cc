@@ -131,7 +131,7 @@ class ServerStreamTest : public ::testing::Test {
   // `answer` carries the oracle's scores for `request`.
   void ExpectScores(const v1::RankRequest& request, const v1::RankStreamResponse& answer) {
     ASSERT_EQ(answer.result_case(), v1::RankStreamResponse::kResponse)
-        << request.request_id() << ": " << answer.error().message();
+        << request.request_id() << ": " << answer.ShortDebugString();
     EXPECT_EQ(answer.request_id(), request.request_id());
     const v1::RankResponse& response = answer.response();
     EXPECT_EQ(response.request_id(), request.request_id());
@@ -303,23 +303,34 @@ TEST_F(ServerStreamTest, DrainAnswersTheAcceptedRefusesNewMessagesThenEndsTheStr
   gate_.Close();
   StreamCall stream(stub_.get());
   StreamCall closed_stream(stub_.get());  // half-closes during the drain: ends OK
-  for (const v1::RankRequest& r : accepted) ASSERT_TRUE(stream.Send(r));
-  const v1::RankRequest other = MakeRequest(710, 2, 2, model_config_);
-  ASSERT_TRUE(closed_stream.Send(other));
-  ASSERT_TRUE(metrics_.WaitInflight(4, 10s));
-  std::thread drainer([&] { EXPECT_TRUE(server_->Drain().ok()); });
   // Probes that are invalid (no candidates) are answered at once: with
   // INVALID_ARGUMENT while serving, UNAVAILABLE once the drain has begun.
+  // A stream's messages are taken one after the other, so a probe's answer
+  // also says that the messages before it are in the batcher.
+  auto probe = [&](const std::string& id) {
+    v1::RankRequest r = MakeRequest(720, 2, 2, model_config_);
+    r.clear_candidate_item_ids();
+    r.set_request_id(id);
+    return r;
+  };
+  const v1::RankRequest other = MakeRequest(710, 2, 2, model_config_);
+  ASSERT_TRUE(closed_stream.Send(other));
+  ASSERT_TRUE(closed_stream.Send(probe("probe-other")));
+  for (const v1::RankRequest& r : accepted) ASSERT_TRUE(stream.Send(r));
+  ASSERT_TRUE(stream.Send(probe("probe-first")));
+  ASSERT_TRUE(closed_stream.WaitAnswers(1, 10s));
+  ASSERT_TRUE(stream.WaitAnswers(1, 10s));
+  ASSERT_EQ(stream.AnswersById()["probe-first"].error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  ASSERT_EQ(metrics_.inflight(), 4);
+  std::thread drainer([&] { EXPECT_TRUE(server_->Drain().ok()); });
   const auto give_up = std::chrono::steady_clock::now() + 10s;
-  size_t probes = 0;
+  size_t probes = 1;
   bool draining = false;
   while (!draining && std::chrono::steady_clock::now() < give_up) {
-    v1::RankRequest probe = MakeRequest(720, 2, 2, model_config_);
-    probe.clear_candidate_item_ids();
-    probe.set_request_id("probe-" + std::to_string(probes));
-    ASSERT_TRUE(stream.Send(probe));
+    const std::string id = "probe-" + std::to_string(probes);
+    ASSERT_TRUE(stream.Send(probe(id)));
     ASSERT_TRUE(stream.WaitAnswers(++probes, 10s));
-    const v1::RankStreamResponse answer = stream.AnswersById()[probe.request_id()];
+    const v1::RankStreamResponse answer = stream.AnswersById()[id];
     ASSERT_EQ(answer.result_case(), v1::RankStreamResponse::kError);
     draining = answer.error().code() == static_cast<int>(grpc::StatusCode::UNAVAILABLE);
     if (!draining) std::this_thread::sleep_for(2ms);
@@ -347,7 +358,7 @@ TEST_F(ServerStreamTest, DrainAnswersTheAcceptedRefusesNewMessagesThenEndsTheStr
   std::map<std::string, v1::RankStreamResponse> answers = stream.AnswersById();
   for (const v1::RankRequest& r : accepted) ExpectScores(r, answers[r.request_id()]);
   ExpectScores(other, closed_stream.AnswersById()[other.request_id()]);
-  EXPECT_EQ(metrics_.inflight(), 0);
+  EXPECT_EQ(metrics_.done("OK"), 4);
 }
 
 TEST_F(ServerStreamTest, StreamsBeyondTheCapAreRefused) {
