@@ -361,6 +361,26 @@ TEST_F(ServerStreamTest, DrainAnswersTheAcceptedRefusesNewMessagesThenEndsTheStr
   EXPECT_EQ(metrics_.done("OK"), 4);
 }
 
+// A client that cancels with requests in the server: each is computed or
+// dropped, the stream is freed once the last one is finished, and the drain
+// does not wait for it.
+TEST_F(ServerStreamTest, CancelledStreamIsFreedAndDoesNotHoldTheDrain) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  gate_.Close();
+  {
+    StreamCall stream(stub_.get());
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(stream.Send(MakeRequest(850 + i, 2, 2, model_config_)));
+    ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+    ASSERT_TRUE(metrics_.WaitInflight(4, 10s));
+  }  // cancelled here
+  gate_.Open();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(server_->Drain().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the drain waited for the cancelled stream";
+  // Each was computed or dropped as cancelled, whichever came first.
+  EXPECT_EQ(metrics_.done("OK") + metrics_.done("CANCELLED"), 4);
+}
+
 TEST_F(ServerStreamTest, StreamsBeyondTheCapAreRefused) {
   StartServer([](ServerConfig* c) { c->rank_stream_max_streams = 1; });
   StreamCall first(stub_.get());
