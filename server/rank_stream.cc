@@ -103,14 +103,19 @@ class RankStreamService::Stream {
 
   // Reading resumes once the answers are below the cap again.
   void MaybeReadLocked(int64_t max_outstanding) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (reading || read_closed || stop_reading || finishing || broken || outstanding >= max_outstanding) return;
+    if (reading || read_closed || stop_reading || finishing || broken || done || outstanding >= max_outstanding) {
+      return;
+    }
     StartReadLocked();
   }
 
   // Finishes the call once nothing is left to write and nothing more will
   // be read; then says whether the stream is to be freed now (true once).
+  // Nothing more is read after a half-close, a drain, or the end of the
+  // call (`done` while reading was paused at the cap: no Read reports it).
   bool AdvanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (!finishing && outstanding == 0 && !writing && replies.empty() && (read_closed || stop_reading)) {
+    const bool read_side_over = read_closed || stop_reading || done || broken;
+    if (!finishing && outstanding == 0 && !writing && replies.empty() && read_side_over) {
       finishing = true;
       // Half-closed: every request was answered, the stream ends OK. Else
       // the server ends it (drain) with a Read possibly still pending:

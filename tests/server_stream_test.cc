@@ -381,6 +381,37 @@ TEST_F(ServerStreamTest, CancelledStreamIsFreedAndDoesNotHoldTheDrain) {
   EXPECT_EQ(metrics_.done("OK") + metrics_.done("CANCELLED"), 4);
 }
 
+// A stream cancelled while its reading is paused at the outstanding cap
+// (no Read pending to report the end) is freed too: with one stream
+// allowed, a new one opens afterwards.
+TEST_F(ServerStreamTest, StreamCancelledWhilePausedAtTheCapIsFreed) {
+  StartServer([](ServerConfig* c) {
+    c->rank_stream_max_outstanding = 2;
+    c->rank_stream_max_streams = 1;
+    c->batching.max_queue_delay_us = 0;
+  });
+  gate_.Close();
+  {
+    StreamCall stream(stub_.get());
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(stream.Send(MakeRequest(870 + i, 2, 2, model_config_)));
+    ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+    ASSERT_TRUE(metrics_.WaitInflight(2, 10s));
+  }  // cancelled here, 3 messages unread
+  gate_.Open();
+  const v1::RankRequest request = MakeRequest(880, 2, 2, model_config_);
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  grpc::Status status(grpc::StatusCode::UNKNOWN, "not tried");
+  while (!status.ok() && std::chrono::steady_clock::now() < give_up) {
+    StreamCall next(stub_.get());
+    next.Send(request);
+    next.WaitAnswers(1, 5s);
+    status = next.Close();
+    if (status.ok()) ExpectScores(request, next.AnswersById()[request.request_id()]);
+    else std::this_thread::sleep_for(5ms);  // the cancelled stream is freed as its last events come back
+  }
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST_F(ServerStreamTest, StreamsBeyondTheCapAreRefused) {
   StartServer([](ServerConfig* c) { c->rank_stream_max_streams = 1; });
   StreamCall first(stub_.get());
