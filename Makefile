@@ -63,7 +63,7 @@ SANITIZER_CMAKE_ARGS = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJAGRANK_ENAB
 # server_process_test is left out: its cases assert throughput and drain
 # timings of spawned binaries that TSan's 5-15x slowdown does not reach;
 # server_grpc_test runs the same server threads in process.
-TSAN_TESTS ?= server_batcher_test|server_grpc_test|server_executors_test|server_hostile_test|server_reload_test|server_rank_request_test|server_config_test|kernels_thread_pool_test|model_forward_test|common_process_test
+TSAN_TESTS ?= server_batcher_test|server_grpc_test|server_stream_test|server_executors_test|server_hostile_test|server_reload_test|server_rank_request_test|server_config_test|kernels_thread_pool_test|model_forward_test|common_process_test
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE_ARGS) -DJAGRANK_SANITIZER=address

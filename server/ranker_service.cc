@@ -26,7 +26,8 @@ constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
 // at 99999999 hours; such a deadline is past what the clocks represent).
 constexpr int64_t kNoDeadlineBeyondSeconds = int64_t{100} * 365 * 24 * 3600;
 
-// The call's deadline on the steady clock (max when the client set none).
+}  // namespace
+
 // Read from gRPC's own timespec and saturated, not through
 // ServerContext::deadline(): that converts to system_clock nanoseconds and
 // overflows (signed, undefined) for a grpc-timeout of 2562048H or more, which
@@ -39,8 +40,6 @@ Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(left.tv_sec) +
                                                                     std::chrono::nanoseconds(left.tv_nsec));
 }
-
-}  // namespace
 
 // One Rank call from its request on a queue to its last event. It arrives
 // through the generic service with its message unread; the message is read
@@ -385,63 +384,67 @@ Status RankerService::ParseRequest(RankCall* call) {
   return Status::Ok();
 }
 
-void RankerService::Handle(RankCall* call) {
-  auto queued = std::make_unique<QueuedRequest>();
-  queued->arrival = Clock::now();
-  queued->deadline = SteadyDeadline(call->context);
-  // The protobuf stops here: parsed (also while loading or draining, so that
-  // the refusal names the request), then converted and validated into a
-  // RankInput for the version serving now (held only for this conversion).
-  Status admitted = ParseRequest(call);
+Status RankerService::Submit(const Status& parsed, const v1::RankRequest& request,
+                             std::unique_ptr<QueuedRequest> queued) {
+  Status admitted = parsed;
   const int state = state_.load(std::memory_order_acquire);
   if (admitted.ok() && state == kServing) {
-    // Under overload most calls are refused here: before the conversion,
+    // Under overload most requests are refused here: before the conversion,
     // which would cost them more CPU than the parse did.
     Status admission = batcher_->CheckAdmission(queued->deadline);
     if (!admission.ok()) {
       metrics_->OnRejected("deadline_unmeetable");
       metrics_->OnRequestDone(StatusCodeName(admission.code()), 0, SecondsSince(queued->arrival));
-      call->FinishWithStatus(ToGrpcStatus(admission, call->request_id()));
-      return;
+      return admission;
     }
+    // Held only for this conversion.
     std::shared_ptr<const ServedModel> served = models_->Current();
-    admitted = served->converter.Convert(*call->request, &queued->input);
+    admitted = served->converter.Convert(request, &queued->input);
     queued->request_contract = served->request_contract;
   }
   if (!admitted.ok()) {
     metrics_->OnRejected("invalid_argument");
     metrics_->OnRequestDone(StatusCodeName(admitted.code()), 0, SecondsSince(queued->arrival));
-  } else {
-    // Not converted unless serving: refused here, whatever the state is now.
-    admitted = RefuseUnlessServing(state, queued->arrival);
+    return admitted;
   }
-  if (admitted.ok()) {
-    queued->request_id = call->request_id();
-    // True only once the done notification has come back (the async API's
-    // IsCancelled), which is when a cancelled call can be told apart.
-    queued->is_cancelled = [call] { return call->context.IsCancelled(); };
-    // Runs on an executor thread; the call may be freed as soon as Finish is
-    // started, so nothing touches it after.
-    queued->finish = [call](const Status& status, const float* scores, int64_t count, const std::string& version) {
-      if (!status.ok()) {
-        call->FinishWithStatus(ToGrpcStatus(status, call->request_id()));
-        return;
-      }
-      auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
-      FillRankResponse(call->request_id(), version, scores, count, response);
-      bool own_buffer = false;
-      const grpc::Status serialized =
-          grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
-      if (!serialized.ok()) {
-        call->FinishWithStatus(ToGrpcStatus(
-            Status::Internal("cannot serialise the response: " + serialized.error_message()), call->request_id()));
-        return;
-      }
-      call->StartReply();
-      call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
-    };
-    admitted = Admit(std::move(queued));
-  }
+  // Not converted unless serving: refused here, whatever the state is now.
+  RETURN_IF_ERROR(RefuseUnlessServing(state, queued->arrival));
+  return Admit(std::move(queued));
+}
+
+void RankerService::Handle(RankCall* call) {
+  auto queued = std::make_unique<QueuedRequest>();
+  queued->arrival = Clock::now();
+  queued->deadline = SteadyDeadline(call->context);
+  // The protobuf stops in Submit: parsed here (also while loading or
+  // draining, so that the refusal names the request), then converted and
+  // validated into a RankInput for the version serving now.
+  const Status parsed = ParseRequest(call);
+  queued->request_id = call->request_id();
+  // True only once the done notification has come back (the async API's
+  // IsCancelled), which is when a cancelled call can be told apart.
+  queued->is_cancelled = [call] { return call->context.IsCancelled(); };
+  // Runs on an executor thread; the call may be freed as soon as Finish is
+  // started, so nothing touches it after.
+  queued->finish = [call](const Status& status, const float* scores, int64_t count, const std::string& version) {
+    if (!status.ok()) {
+      call->FinishWithStatus(ToGrpcStatus(status, call->request_id()));
+      return;
+    }
+    auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
+    FillRankResponse(call->request_id(), version, scores, count, response);
+    bool own_buffer = false;
+    const grpc::Status serialized =
+        grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
+    if (!serialized.ok()) {
+      call->FinishWithStatus(ToGrpcStatus(
+          Status::Internal("cannot serialise the response: " + serialized.error_message()), call->request_id()));
+      return;
+    }
+    call->StartReply();
+    call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
+  };
+  const Status admitted = Submit(parsed, *call->request, std::move(queued));
   if (!admitted.ok()) call->FinishWithStatus(ToGrpcStatus(admitted, call->request_id()));
 }
 

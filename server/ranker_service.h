@@ -8,7 +8,9 @@
 // h1024: the callback API peaked at 49.7k QPS at 128 calls in flight and
 // fell to 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms,
 // at about the same server CPU per call.) GetModelInfo is rare and stays on
-// the callback API.
+// the callback API. RankStream is served on the raw async API by
+// RankStreamService (server/rank_stream.h), on queues of its own; each of
+// its requests passes the same door as a Rank call (Submit).
 #ifndef JAGRANK_SERVER_RANKER_SERVICE_H_
 #define JAGRANK_SERVER_RANKER_SERVICE_H_
 
@@ -37,6 +39,10 @@
 
 namespace jagrank {
 
+// A call's deadline on the steady clock (max when the client set none, or
+// one further away than clocks represent).
+Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context);
+
 // Rank is served through gRPC's async generic service (MarkMethodGeneric):
 // its calls arrive before their message is read, and the service reads a
 // message only while it holds one of ReadSlotCount() read slots. gRPC opens
@@ -51,7 +57,8 @@ namespace jagrank {
 // itself, onto a per-call protobuf arena, so bytes that are not a
 // RankRequest get INVALID_ARGUMENT naming the problem.
 class RankerService final
-    : public v1::Ranker::WithGenericMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>> {
+    : public v1::Ranker::WithRawMethod_RankStream<
+          v1::Ranker::WithGenericMethod_Rank<v1::Ranker::WithCallbackMethod_GetModelInfo<v1::Ranker::Service>>> {
  public:
   // Starts in the loading state: every call answers UNAVAILABLE until
   // SetReady. `config` and `metrics` must outlive the service.
@@ -100,6 +107,16 @@ class RankerService final
   // status to answer with (the rejection is already counted) and `finish`
   // never runs. Thread-safe.
   Status Admit(std::unique_ptr<QueuedRequest> request);
+  // The door of every request, a Rank call's or one message of a
+  // RankStream: `parsed` is how its parse went (OK, or INVALID_ARGUMENT
+  // naming the problem). While serving: the deadline-aware admission for
+  // `queued->deadline`, then `request` is converted and validated by the
+  // version current now (into queued->input), then Admit. `queued` comes
+  // with arrival, deadline, request_id, is_cancelled and finish set. OK:
+  // accepted, and its `finish` will run. Otherwise the status to answer
+  // with (already counted in the metrics), and `finish` never runs.
+  // Thread-safe.
+  Status Submit(const Status& parsed, const v1::RankRequest& request, std::unique_ptr<QueuedRequest> queued);
   // GetModelInfo's answer. REQUIRES: SetReady ran.
   void FillModelInfo(v1::ModelInfo* info) const;
 

@@ -140,6 +140,7 @@ Status JagrankServer::CreateWithModels(const ServerConfig& config, std::vector<s
 
 Status JagrankServer::Start() {
   service_ = std::make_unique<RankerService>(config_, metrics_);
+  stream_service_ = std::make_unique<RankStreamService>(config_, metrics_, service_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // gRPC reports a taken port only in its own log, as "No address added":
@@ -153,6 +154,7 @@ Status JagrankServer::Start() {
   // same port and silently take a share of the connections: refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   service_->AddToBuilder(&builder);
+  stream_service_->AddToBuilder(&builder);
   if (config_.grpc_max_concurrent_streams > 0) {
     // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls beyond it wait in the
     // client's channel instead of opening streams here.
@@ -193,6 +195,7 @@ Status JagrankServer::Start() {
     return Status::Unavailable("grpc_address '" + config_.grpc_address + "': cannot listen (gRPC's log says why)");
   }
   service_->StartPolling();
+  stream_service_->StartPolling();
   SetHealth(false);
   return Status::Ok();
 }
@@ -245,6 +248,7 @@ Status JagrankServer::Drain() {
     // The start failed before Ready: no request was accepted, nothing to
     // drain or to log.
     grpc_server_->Shutdown(std::chrono::system_clock::now());
+    stream_service_->StopPolling();
     service_->StopPolling();
     grpc_server_->Wait();
     return drain_status_;
@@ -278,6 +282,7 @@ Status JagrankServer::Drain() {
       for (auto& executor : executors_) (void)executor.release();
       (void)batcher_.release();
       (void)models_.release();
+      (void)stream_service_.release();
       (void)service_.release();
       return drain_status_;
     }
@@ -293,10 +298,16 @@ Status JagrankServer::Drain() {
   // waits for them only kShutdownGrace, then cancels them; watchers saw
   // NOT_SERVING when the drain began.
   if (!service_->WaitRepliesSent(give_up)) spdlog::warn("drain: Rank replies still unsent at drain_timeout_ms");
+  // Open RankStreams end after their answers are written (every accepted
+  // request has its answer by now).
+  if (!stream_service_->FinishOpenStreams(give_up)) {
+    spdlog::warn("drain: {} RankStream calls still open at drain_timeout_ms", stream_service_->open_streams());
+  }
   grpc_server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   // Rank's completion queues go after the server (gRPC's order); every call
   // still held is freed as its queue drains.
+  stream_service_->StopPolling();
   service_->StopPolling();
   grpc_server_->Wait();
   spdlog::info("drained in {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());

@@ -20,6 +20,7 @@
 #include "server/executor.h"
 #include "server/metrics.h"
 #include "server/model_manager.h"
+#include "server/rank_stream.h"
 #include "server/ranker_service.h"
 #include "server/server_config.h"
 
@@ -64,8 +65,9 @@ class JagrankServer {
   void RequestModelReload();
   const ServerConfig& config() const { return config_; }
 
-  // Graceful drain: health NOT_SERVING, new Rank calls UNAVAILABLE, every
-  // accepted request finished, then the listener stops. Blocks; idempotent;
+  // Graceful drain: health NOT_SERVING, new Rank calls and RankStream
+  // messages UNAVAILABLE, every accepted request finished, open RankStreams
+  // finished after their answers, then the listener stops. Blocks; idempotent;
   // thread-safe. DEADLINE_EXCEEDED when the accepted work did not finish in
   // drain_timeout_ms (what is left is then cancelled, and the parts that may
   // still be running are leaked: exit the process after that).
@@ -83,6 +85,7 @@ class JagrankServer {
   std::unique_ptr<Batcher> batcher_;
   std::vector<std::unique_ptr<Executor>> executors_;  // one per model instance, all on batcher_
   std::unique_ptr<RankerService> service_;
+  std::unique_ptr<RankStreamService> stream_service_;  // RankStream, on service_'s door; freed before it
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   std::mutex drain_mu_;

@@ -258,6 +258,11 @@ const std::vector<Knob>& Knobs() {
           "after the drain, keep answering UNAVAILABLE this long before closing the listener"),
       Text("log_level", Member(&S::log_level), OneOf({"trace", "debug", "info", "warn", "error"}),
            "trace | debug | info | warn | error"),
+      Int("rank_stream_max_outstanding", Member(&S::rank_stream_max_outstanding), 1, 1 << 16,
+          "RankStream: requests one stream may have read and not yet answered; at the cap the server stops "
+          "reading it until answers are written"),
+      Int("rank_stream_max_streams", Member(&S::rank_stream_max_streams), 1, 1 << 20,
+          "RankStream calls open at once (all connections); more -> RESOURCE_EXHAUSTED"),
       Int("batching.max_queue_delay_us", Member(&B::max_queue_delay_us), 0, kHourUs,
           "the oldest queued request waits at most this long for its batch", "1000"),
       Bool("batching.dispatch_when_idle", Member(&B::dispatch_when_idle),

@@ -55,6 +55,12 @@ struct ServerConfig {
   int64_t drain_timeout_ms = 30000;              // drain longer than this: cancel what is left
   int64_t drain_linger_ms = 300;                 // then keep answering UNAVAILABLE this long before closing
   std::string log_level = "info";                // trace | debug | info | warn | error
+  // RankStream (server/rank_stream.h): requests one stream may have read
+  // and not yet answered (written); at the cap the server stops reading
+  // that stream until answers drain. And streams open at once, server-wide;
+  // more are refused with RESOURCE_EXHAUSTED.
+  int rank_stream_max_outstanding = 256;
+  int rank_stream_max_streams = 1024;
   BatchingConfig batching;
 
   // Model repository (server/model_repository.h, server/model_manager.h):

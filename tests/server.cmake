@@ -5,6 +5,8 @@ jagrank_add_test(NAME server_batcher_test SOURCES server_batcher_test.cc LIBS ja
 jagrank_add_test(NAME server_grpc_test SOURCES server_grpc_test.cc
                  LIBS jagrank_server jagrank_health_proto TIMEOUT 120)
 target_include_directories(server_grpc_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+jagrank_add_test(NAME server_stream_test SOURCES server_stream_test.cc LIBS jagrank_server TIMEOUT 120)
+target_include_directories(server_stream_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 # Spawns the real binaries (server, client, loadgen).
 jagrank_add_test(NAME server_process_test SOURCES server_process_test.cc
                  LIBS jagrank_server jagrank_health_proto nlohmann_json::nlohmann_json TIMEOUT 120)

@@ -159,6 +159,8 @@ TEST(ServerConfigTest, EachBadValueIsRefusedNamingItsKey) {
       {"drain_linger_ms", "-5", "[0, 3600000]"},
       {"log_level", "loud", "must be one of trace, debug, info, warn, error"},
       {"log_level", "off", "must be one of trace, debug, info, warn, error"},
+      {"rank_stream_max_outstanding", "0", "[1, 65536]"},
+      {"rank_stream_max_streams", "1048577", "[1, 1048576]"},
       {"batching.max_queue_delay_us", "-1", "[0, 3600000000]"},
       {"batching.dispatch_when_idle", "sometimes", "true or false"},
       {"batching.max_batch_requests", "0", "[1, 2147483647]"},

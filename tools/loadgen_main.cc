@@ -17,6 +17,15 @@
 // own cost stays low: it shares the host with the server in the benchmarks.
 // One response in kResponseCheckEvery is parsed and its score count checked.
 // The report includes the client's CPU use, in cores, over the run.
+// --stream sends the same requests over --streams RankStream calls in total
+// (docs/rank_stream.md), spread round-robin over the --channels connections
+// and the client threads' queues: each request goes on one stream (the
+// closed loop's slot i always on stream i % streams, the open loop's n-th
+// request on stream n % streams) with its own id and --timeout-ms as its
+// timeout_ms; every answer is parsed (to match it by id) and checked, and
+// latency is per request, from its send (or scheduled) time to its answer.
+// A stream that ends fails its outstanding requests with its status; it is
+// not opened again.
 #include <grpcpp/alarm.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -34,6 +43,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -83,6 +93,8 @@ struct Options {
   bool minimal_stack = true;
   std::string grpc_channel_args;              // "grpc.name=value,..." on every channel
   std::vector<GrpcChannelArg> extra_args;     // parsed from grpc_channel_args
+  bool stream = false;         // RankStream instead of unary Rank calls
+  int streams = 4;             // with stream: RankStream calls in total
   std::string tls_ca, tls_cert, tls_key;      // TLS / mTLS (tools/channel_credentials.h)
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
@@ -91,13 +103,14 @@ struct Options {
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const Options& o) { return o.credentials; }
 
 constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
+constexpr char kRankStreamMethod[] = "/jagrank.v1.Ranker/RankStream";
 // Every this many calls the response is parsed and its scores counted.
 constexpr int64_t kResponseCheckEvery = 64;
 
 // What a completion-queue tag points at: a finished call, or the alarm of a
 // closed-loop slot waiting out its backoff.
 struct Event {
-  enum class Kind { kCall, kRetry };
+  enum class Kind { kCall, kRetry, kStreamStarted, kStreamRead, kStreamWritten, kStreamFinished };
   explicit Event(Kind kind) : kind(kind) {}
   const Kind kind;
 };
@@ -129,6 +142,73 @@ struct Retry : Event {
   int thread = 0;
   std::chrono::milliseconds backoff{0};
 };
+
+struct RankStreamCall;
+
+// One operation of a RankStream call.
+struct StreamOp : Event {
+  StreamOp(Kind kind, RankStreamCall* stream) : Event(kind), stream(stream) {}
+  RankStreamCall* const stream;
+};
+
+// A request sent on a stream and not yet answered.
+struct StreamPending {
+  SteadyClock::time_point start;
+  bool measured = false;
+  int candidates = 0;
+};
+
+// One RankStream call: one Read always in flight, writes one at a time
+// (the rest wait in `to_write`), the requests it awaits answers for by id.
+struct RankStreamCall {
+  int index = 0;
+  int thread = 0;  // whose completion queue its events come to
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> rw;
+  grpc::ByteBuffer read_bytes;
+  std::mutex mu;
+  bool writing = false;                    // guarded by mu; StartCall or a Write in flight
+  bool writes_done_wanted = false;         // guarded by mu; WritesDone once no write is in flight
+  std::deque<grpc::ByteBuffer> to_write;   // guarded by mu
+  grpc::ByteBuffer in_flight;              // guarded by mu
+  std::map<uint64_t, StreamPending> pending;  // guarded by mu; by request sequence number
+  bool ended = false;                      // guarded by mu; Finish came back: sends fail at once
+  grpc::Status status;                     // set by Finish
+  StreamOp started{Event::Kind::kStreamStarted, this};
+  StreamOp read{Event::Kind::kStreamRead, this};
+  StreamOp written{Event::Kind::kStreamWritten, this};
+  StreamOp finished{Event::Kind::kStreamFinished, this};
+};
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+// The bytes of a RankStreamRequest carrying `request` (a serialised
+// RankRequest) with request_id `id`, and `timeout_ms`. The id is appended as
+// a second occurrence of RankRequest field 1 (the last one wins when parsed),
+// so the pooled bytes are copied, not parsed and serialised again.
+grpc::ByteBuffer StreamMessage(const std::string& request, const std::string& id, uint32_t timeout_ms) {
+  std::string inner = request;
+  inner.push_back(0x0a);  // RankRequest.request_id: field 1, length-delimited
+  AppendVarint(id.size(), &inner);
+  inner += id;
+  std::string bytes;
+  bytes.reserve(inner.size() + 16);
+  bytes.push_back(0x0a);  // RankStreamRequest.request: field 1, length-delimited
+  AppendVarint(inner.size(), &bytes);
+  bytes += inner;
+  if (timeout_ms > 0) {
+    bytes.push_back(0x10);  // RankStreamRequest.timeout_ms: field 2, varint
+    AppendVarint(timeout_ms, &bytes);
+  }
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
 
 // The process's user + system CPU seconds so far.
 double ProcessCpuSeconds() {
@@ -189,6 +269,7 @@ class LoadGen {
     // H200 host a single pacer sent ~31k/s and the rest piled up behind it.
     std::vector<std::thread> pacers;
     for (int t = 0; t < options_.client_threads; ++t) threads_.emplace_back([this, t] { Poll(t); });
+    if (options_.stream) OpenStreams();
     if (open_loop) {
       for (int t = 0; t < options_.client_threads; ++t) {
         pacers.emplace_back([this, t, end_at] { OpenLoop(t, end_at); });
@@ -225,6 +306,7 @@ class LoadGen {
                      [&] { return outstanding_.load() == 0; });
     }
     std::fprintf(stderr, "\n");
+    if (options_.stream) CloseStreams();
     for (auto& cq : cqs_) cq->Shutdown();
     for (std::thread& t : threads_) t.join();
     return Report(open_loop);
@@ -264,6 +346,7 @@ class LoadGen {
       }
       PooledRequest pooled;
       pooled.candidates = r.candidate_item_ids_size();
+      if (options_.stream) pooled.serialized = bytes;
       grpc::Slice slice(bytes);
       pooled.bytes = grpc::ByteBuffer(&slice, 1);
       pool_.push_back(std::move(pooled));
@@ -289,6 +372,10 @@ class LoadGen {
         }
         continue;
       }
+      if (event->kind != Event::Kind::kCall) {
+        OnStreamEvent(static_cast<StreamOp*>(event), ok);
+        continue;
+      }
       Call* call = static_cast<Call*>(event);
       Done(call, ok ? call->status : grpc::Status(grpc::StatusCode::UNKNOWN, "completion queue event failed"));
     }
@@ -297,6 +384,11 @@ class LoadGen {
   // Sends one call on completion queue `thread`; its latency counts from
   // `start` (now, or the open loop's scheduled send time).
   void Issue(int thread, SteadyClock::time_point start, std::chrono::milliseconds backoff = {}) {
+    if (options_.stream) {
+      const int64_t n = next_.fetch_add(1);
+      IssueOnStream(streams_[n % streams_.size()].get(), n, start);
+      return;
+    }
     const int64_t n = next_.fetch_add(1);
     const PooledRequest& request = pool_[n % pool_.size()];
     grpc::GenericStub* stub = stubs_[n % stubs_.size()].get();
@@ -337,6 +429,183 @@ class LoadGen {
       }
       outstanding_.fetch_sub(1);
       Issue(thread, SteadyClock::now());
+      return;
+    }
+    CallLeft();
+  }
+
+  // Starts --streams RankStream calls, round-robin over the channels and
+  // the client threads' queues.
+  void OpenStreams() {
+    for (int i = 0; i < options_.streams; ++i) {
+      auto stream = std::make_unique<RankStreamCall>();
+      stream->index = i;
+      stream->thread = i % options_.client_threads;
+      grpc::GenericStub* stub = stubs_[i % stubs_.size()].get();
+      stream->rw = stub->PrepareCall(&stream->context, kRankStreamMethod, cqs_[stream->thread].get());
+      stream->writing = true;  // until StartCall is back
+      streams_open_.fetch_add(1);
+      stream->rw->StartCall(&stream->started);
+      streams_.push_back(std::move(stream));
+    }
+  }
+
+  // Half-closes every stream and waits (bounded) for the server to end
+  // them: every answer was read by then.
+  void CloseStreams() {
+    for (auto& stream : streams_) {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      if (stream->ended) continue;
+      if (stream->writing) {
+        stream->writes_done_wanted = true;
+      } else {
+        stream->writing = true;
+        stream->rw->WritesDone(&stream->written);
+      }
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!idle_.wait_for(lock, std::chrono::seconds(10), [&] { return streams_open_.load() == 0; })) {
+      lock.unlock();
+      for (auto& stream : streams_) stream->context.TryCancel();
+      lock.lock();
+      idle_.wait(lock, [&] { return streams_open_.load() == 0; });
+    }
+  }
+
+  // Sends pool request `n` on `stream`; its latency counts from `start`.
+  void IssueOnStream(RankStreamCall* stream, int64_t n, SteadyClock::time_point start) {
+    const PooledRequest& request = pool_[n % pool_.size()];
+    StreamPending pending;
+    pending.start = start;
+    pending.measured = start >= measure_at_ && start < end_at_;
+    pending.candidates = request.candidates;
+    if (pending.measured) sent_measured_.fetch_add(1);
+    outstanding_.fetch_add(1);
+    const uint64_t sequence = stream_sequence_.fetch_add(1);
+    grpc::ByteBuffer bytes =
+        StreamMessage(request.serialized, "s" + std::to_string(sequence), static_cast<uint32_t>(options_.timeout_ms));
+    grpc::Status failed;
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      if (stream->ended) {
+        failed = stream->status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : stream->status;
+      } else {
+        stream->pending.emplace(sequence, pending);
+        if (stream->writing) {
+          stream->to_write.push_back(std::move(bytes));
+        } else {
+          stream->writing = true;
+          stream->in_flight = std::move(bytes);
+          stream->rw->Write(stream->in_flight, &stream->written);
+        }
+      }
+    }
+    if (!failed.ok()) Answered(stream, pending, failed);
+  }
+
+  // The next queued write, or the wanted WritesDone. REQUIRES: stream->mu held, no write in flight.
+  static void WriteNextLocked(RankStreamCall* stream) {
+    if (!stream->to_write.empty()) {
+      stream->writing = true;
+      stream->in_flight = std::move(stream->to_write.front());
+      stream->to_write.pop_front();
+      stream->rw->Write(stream->in_flight, &stream->written);
+    } else if (stream->writes_done_wanted) {
+      stream->writes_done_wanted = false;
+      stream->writing = true;
+      stream->rw->WritesDone(&stream->written);
+    }
+  }
+
+  void OnStreamEvent(StreamOp* op, bool ok) {
+    RankStreamCall* stream = op->stream;
+    switch (op->kind) {
+      case Event::Kind::kStreamStarted:
+      case Event::Kind::kStreamWritten: {
+        std::lock_guard<std::mutex> lock(stream->mu);
+        stream->writing = false;
+        if (op->kind == Event::Kind::kStreamStarted && ok) stream->rw->Read(&stream->read_bytes, &stream->read);
+        if (!ok) {
+          // The call is over: the read fails too and Finish tells why.
+          if (op->kind == Event::Kind::kStreamStarted) stream->rw->Finish(&stream->status, &stream->finished);
+          return;
+        }
+        WriteNextLocked(stream);
+        return;
+      }
+      case Event::Kind::kStreamRead: {
+        if (!ok) {
+          stream->rw->Finish(&stream->status, &stream->finished);
+          return;
+        }
+        v1::RankStreamResponse answer;
+        grpc::Status status;
+        if (!grpc::SerializationTraits<v1::RankStreamResponse>::Deserialize(&stream->read_bytes, &answer).ok()) {
+          status = grpc::Status(grpc::StatusCode::DATA_LOSS, "stream answer does not parse");
+        }
+        StreamPending pending;
+        bool found = false;
+        {
+          std::lock_guard<std::mutex> lock(stream->mu);
+          stream->rw->Read(&stream->read_bytes, &stream->read);
+          const std::string& id = answer.request_id();
+          if (id.size() > 1 && id[0] == 's') {
+            auto it = stream->pending.find(std::strtoull(id.c_str() + 1, nullptr, 10));
+            if (it != stream->pending.end()) {
+              pending = it->second;
+              stream->pending.erase(it);
+              found = true;
+            }
+          }
+        }
+        if (!found) {
+          std::fprintf(stderr, "jagrank-loadgen: stream answer for unknown id '%s'\n", answer.request_id().c_str());
+          return;
+        }
+        if (status.ok() && answer.has_error()) {
+          status = grpc::Status(static_cast<grpc::StatusCode>(answer.error().code()), answer.error().message());
+        } else if (status.ok()) {
+          status = CheckScores(answer.response(), pending.candidates);
+        }
+        Answered(stream, pending, status);
+        return;
+      }
+      case Event::Kind::kStreamFinished: {
+        std::map<uint64_t, StreamPending> left;
+        {
+          std::lock_guard<std::mutex> lock(stream->mu);
+          stream->ended = true;
+          left.swap(stream->pending);
+        }
+        const grpc::Status why = stream->status.ok()
+                                     ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended unanswered")
+                                     : stream->status;
+        for (const auto& [sequence, pending] : left) Answered(stream, pending, why);
+        if (streams_open_.fetch_sub(1) == 1) {
+          std::lock_guard<std::mutex> lock(mu_);
+          idle_.notify_all();
+        }
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  // One stream request answered (or failed): counted, and in the closed
+  // loop the next request takes its place on the same stream.
+  void Answered(RankStreamCall* stream, const StreamPending& pending, const grpc::Status& status) {
+    Record(pending.start, pending.measured, pending.candidates, status);
+    bool ended = false;
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      ended = stream->ended;
+    }
+    // As the unary closed loop backs off after UNAVAILABLE, a refused
+    // stream slot (server draining) is not refilled: no spinning.
+    if (options_.rate <= 0 && !stopping_.load() && !ended && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      outstanding_.fetch_sub(1);
+      IssueOnStream(stream, next_.fetch_add(1), SteadyClock::now());
       return;
     }
     CallLeft();
@@ -441,6 +710,8 @@ class LoadGen {
     j["label"] = options_.label;
     j["address"] = options_.address;
     j["mode"] = open_loop ? "open" : "closed";
+    j["transport"] = options_.stream ? "stream" : "unary";
+    j["streams"] = options_.stream ? options_.streams : 0;
     j["concurrency"] = open_loop ? 0 : options_.concurrency;
     j["target_rate"] = open_loop ? options_.rate : 0.0;
     j["duration_s"] = options_.duration_s;
@@ -487,8 +758,12 @@ class LoadGen {
   const v1::ModelInfo info_;
   struct PooledRequest {
     grpc::ByteBuffer bytes;  // a serialised v1::RankRequest
+    std::string serialized;  // the same bytes, with --stream (each send appends its own id)
     int candidates = 0;
   };
+  std::vector<std::unique_ptr<RankStreamCall>> streams_;
+  std::atomic<uint64_t> stream_sequence_{0};
+  std::atomic<int> streams_open_{0};  // started and not yet finished
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   std::vector<std::unique_ptr<grpc::CompletionQueue>> cqs_;  // one per client thread
   std::vector<std::thread> threads_;
@@ -604,6 +879,7 @@ void PrintTable(const nlohmann::json& j) {
               j["duration_s"].get<double>(), j["qps"].get<double>(), j["candidates_per_s"].get<double>(),
               l["p50"].get<double>(), l["p90"].get<double>(), l["p99"].get<double>(), l["p99.9"].get<double>(),
               static_cast<long long>(j["requests_error"].get<int64_t>()));
+  if (j["transport"] == "stream") std::printf("  over %d RankStream calls\n", j["streams"].get<int>());
   if (j["mode"] == "open") {
     std::printf("  sent %.1f calls/s; %.1f%% of sends > 1 ms behind schedule (max %.1f ms)\n",
                 j["sent_per_s"].get<double>(), 100 * j["pacer_late_fraction"].get<double>(),
@@ -643,6 +919,10 @@ int Main(int argc, char** argv) {
             "gRPC's minimal client stack: less client CPU (no message-size or census filters; deadlines hold)");
   flags.Add("grpc-channel-args", &o.grpc_channel_args,
             "further gRPC channel arguments on every connection, grpc.name=value[,...]");
+  flags.Add("stream", &o.stream,
+            "send the requests over RankStream calls instead of unary Rank calls (--timeout-ms per request)");
+  flags.Add("streams", &o.streams,
+            "with --stream: RankStream calls in total, spread over the --channels connections");
   flags.Add("tls-ca", &o.tls_ca, "PEM CA bundle to verify the server with: connect over TLS");
   flags.Add("tls-cert", &o.tls_cert, "PEM client certificate chain for mTLS (with --tls-key; needs --tls-ca)");
   flags.Add("tls-key", &o.tls_key, "PEM private key of --tls-cert");
@@ -656,7 +936,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (o.candidates_min < 1 || o.candidates_max < o.candidates_min || o.duration_s <= 0 || o.pool < 1 ||
-      o.channels < 1 || o.client_threads < 1 || (o.rate <= 0 && o.concurrency < 1)) {
+      o.channels < 1 || o.client_threads < 1 || (o.rate <= 0 && o.concurrency < 1) || o.streams < 1 ||
+      o.timeout_ms < 0 || (o.stream && o.timeout_ms > UINT32_MAX)) {
     std::fprintf(stderr, "jagrank-loadgen: bad workload flags (see --help)\n");
     return 2;
   }

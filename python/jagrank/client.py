@@ -9,12 +9,20 @@ Requests are the dicts of JagRankModel.rank. Errors the server returns
 (INVALID_ARGUMENT naming the field, RESOURCE_EXHAUSTED, ...) raise
 grpc.RpcError with .code() and .details().
 
+Many requests at a high rate go over one RankStream call (docs/rank_stream.md):
+
+    for request_id, scores in ranker.rank_stream(requests):   # in completion order
+        ...
+
+where a request that failed yields a RankStreamError (code, details, request_id)
+in place of its scores, and the other requests go on.
+
 The stubs (package jagrank_stubs) are generated, never checked in: CMake
 writes them to build/python/ (put it on PYTHONPATH beside python/), and
 `pip install ./python` puts them in the wheel.
 """
 
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import grpc
 
@@ -40,6 +48,30 @@ def make_request(request: dict, request_id: str = "") -> "ranker_pb2.RankRequest
     for name, ids in (request.get("sparse") or {}).items():
         message.sparse_features[name].ids.extend(int(v) for v in ids)
     return message
+
+
+class RankStreamError(Exception):
+    """One request of a RankStream failed: its gRPC status code and message
+    (the status a unary Rank call would have ended with)."""
+
+    def __init__(self, request_id: str, code: grpc.StatusCode, details: str):
+        super().__init__(f"{code.name}: {details}")
+        self.request_id = request_id
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def _status_code(number: int) -> grpc.StatusCode:
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code
+    return grpc.StatusCode.UNKNOWN
 
 
 class Ranker:
@@ -68,6 +100,31 @@ class Ranker:
                       timeout_s: Optional[float] = None) -> "ranker_pb2.RankResponse":
         """The whole RankResponse (request_id, scores, model_version)."""
         return self._ranker.Rank(make_request(request, request_id), timeout=timeout_s or self.timeout_s)
+
+    def rank_stream(self, requests: Iterable[Union[dict, Tuple[str, dict]]], request_timeout_ms: int = 0,
+                    timeout_s: Optional[float] = None
+                    ) -> Iterator[Tuple[str, Union[List[float], RankStreamError]]]:
+        """Sends `requests` (dicts, or (request_id, dict) pairs; a dict's id is
+        its index as a string) over one RankStream call and yields
+        (request_id, scores) as the answers arrive, in any order, with a
+        RankStreamError in place of the scores of a request that failed. Ids
+        must be unique: they are how answers are matched. Each request
+        expires after `request_timeout_ms` (0 = only the call's deadline,
+        `timeout_s`). `requests` is consumed as the server reads; the call
+        ends once every answer is in. A failure of the whole call (the server
+        refusing the stream, draining, the deadline) raises grpc.RpcError."""
+        def messages():
+            for i, item in enumerate(requests):
+                request_id, request = item if isinstance(item, tuple) else (str(i), item)
+                yield ranker_pb2.RankStreamRequest(request=make_request(request, request_id),
+                                                   timeout_ms=request_timeout_ms)
+
+        for answer in self._ranker.RankStream(messages(), timeout=timeout_s or self.timeout_s):
+            if answer.WhichOneof("result") == "response":
+                yield answer.request_id, list(answer.response.scores)
+            else:
+                yield answer.request_id, RankStreamError(answer.request_id, _status_code(answer.error.code),
+                                                         answer.error.message)
 
     def info(self, timeout_s: Optional[float] = None) -> Dict[str, object]:
         """GetModelInfo as a dict: name, version, embedding_dim, num_dense_features,

@@ -1,5 +1,5 @@
 """jagrank.client.Ranker against the real jagrank-server: rank, info,
-health, the server's errors; and the package installed by
+health, the server's errors, rank_stream; and the package installed by
 `pip install ./python` (stubs generated at install time) doing the same."""
 
 import os
@@ -74,6 +74,19 @@ class ClientTest(unittest.TestCase):
         self.assertIn("'planet'", caught.exception.details())
         with self.assertRaises(ValueError):
             ranker.rank(dict(self.request, colour=[1]))
+
+    def test_rank_stream(self):
+        from jagrank.client import RankStreamError
+        ranker = self.server.ranker
+        bad = dict(self.request, dense=[1.0])
+        requests = [self.request, ("bad", bad), dict(self.request, candidates=[7, 8])]
+        answers = dict(ranker.rank_stream(requests))
+        self.assertEqual(sorted(answers), ["0", "2", "bad"])
+        self.assertLessEqual(harness.max_abs_diff([answers["0"]], [ranker.rank(self.request)]), 1e-5)
+        self.assertEqual(len(answers["2"]), 2)
+        self.assertIsInstance(answers["bad"], RankStreamError)
+        self.assertEqual(answers["bad"].code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("dense_features", answers["bad"].details())
 
     def test_pip_installed_package(self):
         with tempfile.TemporaryDirectory(prefix="jagrank_pip_") as target:

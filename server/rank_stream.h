@@ -1,0 +1,137 @@
+// RankStreamService: the bidirectional RankStream method of jagrank.v1.Ranker
+// (docs/rank_stream.md), for clients that send at a high rate: many
+// RankRequests on one call, so gRPC's per-call cost (a new HTTP/2 stream,
+// its headers and trailers, the call's events) is paid once per stream, not
+// once per request.
+//
+// Served on gRPC's raw async API (the messages arrive as bytes and are
+// parsed here, so bytes that are not a RankStreamRequest get an error reply
+// and the stream goes on) on QueueCount() completion queues of its own, each
+// polled by its own thread. Each message passes RankerService::Submit, the
+// door of a unary Rank call: the same parse-then-admission-then-conversion,
+// the same limits, error messages and metrics. Its answer (scores, or the
+// status a Rank call would have ended with) is written back as a
+// RankStreamResponse when its batch finishes: in completion order, each
+// tagged with its request_id.
+//
+// Per stream:
+//   - one Read in flight at a time, and at most
+//     config.rank_stream_max_outstanding requests read and not yet answered
+//     (written): at the cap the stream is not read until answers drain
+//     (gRPC's flow control then holds the client back), never dropped;
+//   - writes are serialized: answers wait in the stream's reply queue, one
+//     Write in flight;
+//   - a request's deadline is the earlier of the call's deadline and its
+//     arrival + timeout_ms (timeout_ms 0: the call's deadline alone);
+//   - the client's half-close: the outstanding answers are written, then the
+//     stream finishes with OK.
+// Server-wide, at most config.rank_stream_max_streams streams are open;
+// more are finished at once with RESOURCE_EXHAUSTED. A stream opened while
+// the model loads or the server drains is finished at once with UNAVAILABLE.
+// While draining, each message read gets an UNAVAILABLE error reply (Submit
+// refuses it) and the requests already accepted are answered; then
+// FinishOpenStreams ends every stream still open, after its answers.
+#ifndef JAGRANK_SERVER_RANK_STREAM_H_
+#define JAGRANK_SERVER_RANK_STREAM_H_
+
+#include <absl/base/thread_annotations.h>
+#include <grpcpp/server_builder.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "server/batcher.h"
+#include "server/metrics.h"
+#include "server/ranker_service.h"
+#include "server/server_config.h"
+
+namespace jagrank {
+
+class RankStreamService {
+ public:
+  // `config`, `metrics` and `ranker` must outlive the service. `ranker`
+  // registers the RankStream method (marked raw there); this class requests
+  // its calls and serves them.
+  RankStreamService(const ServerConfig& config, ServerMetrics* metrics, RankerService* ranker);
+  // StopPolling()s. REQUIRES: the grpc::Server is shut down (or was never built).
+  ~RankStreamService();
+
+  // Adds the completion queues RankStream is served on. Call once, before
+  // builder->BuildAndStart().
+  void AddToBuilder(grpc::ServerBuilder* builder);
+  // Requests the first streams on every queue and starts one polling thread
+  // per queue. Call once, after BuildAndStart() succeeded.
+  void StartPolling();
+  // The end of a drain: no stream opens from now on, and every open stream
+  // stops reading and finishes once its outstanding answers are written
+  // (OK when its client had half-closed, otherwise UNAVAILABLE "server is
+  // shutting down"; messages not read by then are not answered). Waits
+  // until every stream is finished and freed, or until `give_up`; false
+  // when some are still open. REQUIRES: the ranker is draining and the
+  // executors are joined, so that every accepted request has its answer
+  // queued. Thread-safe; the drain calls it once.
+  bool FinishOpenStreams(Clock::time_point give_up);
+  // Shuts the queues down, drains them (every stream still held is freed as
+  // its last event comes back) and joins the polling threads. REQUIRES:
+  // grpc::Server::Shutdown() has returned (or the server was never built),
+  // and every request handed to the batcher has been finished. Idempotent;
+  // not thread-safe (the server's drain calls it once).
+  void StopPolling();
+
+  // Streams open now (accepted and not yet freed). Thread-safe.
+  int64_t open_streams() const;
+
+  // Completion queues (= polling threads): a quarter of the cores, 1 to 4.
+  // A stream's messages all arrive on one queue, and a stream carries many
+  // requests per event of a unary call, so fewer queues serve them.
+  int QueueCount() const;
+  // Streams requested ahead of time on each queue.
+  static constexpr int kStreamsRequestedPerQueue = 8;
+
+ private:
+  class Stream;  // one RankStream call: its context, reader-writer, reply queue and events
+
+  struct Queue {
+    std::unique_ptr<grpc::ServerCompletionQueue> cq;
+    std::thread poller;
+    // Held while starting any operation on a stream of `cq` (taken after
+    // the stream's own lock), so that none starts after cq->Shutdown().
+    std::mutex mu;
+    bool shut_down ABSL_GUARDED_BY(mu) = false;
+  };
+
+  // Requests one new stream on `queue` unless it is shut down.
+  void RequestStream(Queue* queue);
+  void Poll(Queue* queue);
+  // A new stream: refused (finished at once) or registered and read.
+  void Open(Stream* stream);
+  // A message arrived on `stream`: parsed and submitted; its answer queued
+  // now when it is refused.
+  void HandleMessage(Stream* stream);
+  // `stream` answers its request `request_id` with `status` (and the scores
+  // when OK). Any thread.
+  void Answer(Stream* stream, const std::string& request_id, const Status& status, const float* scores,
+              int64_t count, const std::string& version);
+  // Queues a serialized RankStreamResponse for writing. Any thread.
+  void QueueReply(Stream* stream, grpc::ByteBuffer bytes);
+  // Takes `stream` out of the open set and frees it.
+  void Free(Stream* stream);
+
+  const ServerConfig& config_;
+  ServerMetrics* const metrics_;
+  RankerService* const ranker_;
+  std::vector<std::unique_ptr<Queue>> queues_;
+  mutable std::mutex streams_mu_;
+  std::set<Stream*> open_ ABSL_GUARDED_BY(streams_mu_);  // registered, not yet freed
+  bool closing_ ABSL_GUARDED_BY(streams_mu_) = false;    // FinishOpenStreams ran: no stream opens
+  bool stopped_ = false;  // StopPolling ran; touched by the owner's thread only
+};
+
+}  // namespace jagrank
+
+#endif  // JAGRANK_SERVER_RANK_STREAM_H_
