@@ -146,7 +146,7 @@ RankStreamService::RankStreamService(const ServerConfig& config, ServerMetrics* 
 RankStreamService::~RankStreamService() { StopPolling(); }
 
 int RankStreamService::QueueCount() const {
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 4), 1, 4);
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
 }
 
 void RankStreamService::AddToBuilder(grpc::ServerBuilder* builder) {

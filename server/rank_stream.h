@@ -86,9 +86,11 @@ class RankStreamService {
   // Streams open now (accepted and not yet freed). Thread-safe.
   int64_t open_streams() const;
 
-  // Completion queues (= polling threads): a quarter of the cores, 1 to 4.
-  // A stream's messages all arrive on one queue, and a stream carries many
-  // requests per event of a unary call, so fewer queues serve them.
+  // Completion queues (= polling threads): half the cores, 2 to 8, as for
+  // unary Rank. A stream's messages all arrive on one queue and are parsed
+  // and converted by its thread: on the 16-core GPU host 4 queues held the
+  // production model's streams to ~120k requests/s with p99 past 20 ms from
+  // 512 requests in flight.
   int QueueCount() const;
   // Streams requested ahead of time on each queue.
   static constexpr int kStreamsRequestedPerQueue = 8;
