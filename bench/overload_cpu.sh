@@ -5,20 +5,25 @@
 # (OK calls/s) against the capacity, the errors by code, the slowest OK call
 # and the server's rejections by reason (deadline-aware admission refuses
 # what would not finish in time).
-#   bench/overload_cpu.sh [build_dir]      (OVERLOAD_FACTOR=3 OPEN_S=20)
+# With PIN=1 (and at least two cores) the server runs on core 0 and the load
+# generator on core 1 (taskset), so that neither takes the other's CPU: the
+# capacity and the goodput then measure the same server.
+#   bench/overload_cpu.sh [build_dir]      (OVERLOAD_FACTOR=3 OPEN_S=20 PIN=0)
 set -euo pipefail
 build=${1:-build}
 factor=${OVERLOAD_FACTOR:-3}
 open_s=${OPEN_S:-20}
 out=$(mktemp -d /tmp/jagrank_overload_XXXXXX)
+server_pin=() load_pin=()
+if [ "${PIN:-0}" = 1 ]; then server_pin=(taskset -c 0) load_pin=(taskset -c 1); fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$build/bin/jagrank-server" --device cpu --grpc-address "127.0.0.1:$port" --metrics-address "127.0.0.1:$mport" \
+"${server_pin[@]}" "$build/bin/jagrank-server" --device cpu --grpc-address "127.0.0.1:$port" --metrics-address "127.0.0.1:$mport" \
   >"$out/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 600); do grep -q "jagrank-server ready" "$out/server.log" && break; sleep 0.1; done
-load="$build/bin/jagrank-loadgen --address 127.0.0.1:$port --channels 32"
+load="${load_pin[*]} $build/bin/jagrank-loadgen --address 127.0.0.1:$port --channels 32"
 $load --concurrency 32 --duration-s 10 --warmup-s 2 --json-out "$out/closed.json" 2>/dev/null >/dev/null
 capacity=$(python3 -c "import json; print(json.load(open('$out/closed.json'))['qps'])")
 rate=$(python3 -c "print(round($capacity * $factor))")
