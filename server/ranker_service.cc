@@ -271,6 +271,7 @@ void RankerService::Poll(Queue* queue) {
                                               "unknown method '" + call->context.method().substr(0, 128) + "'"));
           break;
         }
+        if (RefusedBeforeRead(call)) break;
         ReadWhenASlotIsFree(call);
         break;
       case RankCall::Event::kRead: {
@@ -305,6 +306,18 @@ void RankerService::Poll(Queue* queue) {
         break;
     }
   }
+}
+
+bool RankerService::RefusedBeforeRead(RankCall* call) {
+  // Only while serving: loading and draining refusals read the request
+  // first, so that they name it.
+  if (state_.load(std::memory_order_acquire) != kServing) return false;
+  const Status admission = batcher_->CheckAdmission(SteadyDeadline(call->context));
+  if (admission.ok()) return false;
+  metrics_->OnRejected("deadline_unmeetable");
+  metrics_->OnRequestDone(StatusCodeName(admission.code()), 0, 0);
+  call->FinishWithStatus(ToGrpcStatus(admission, ""));
+  return true;
 }
 
 bool RankerService::WaitRepliesSent(Clock::time_point give_up) const {

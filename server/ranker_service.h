@@ -172,6 +172,12 @@ class RankerService final
   // OK in kServing; otherwise UNAVAILABLE, counted (rejection "not_ready" or
   // "shutting_down").
   Status RefuseUnlessServing(int state, Clock::time_point arrival);
+  // Deadline-aware admission before the message is read: under overload a
+  // call the queue could not finish before its deadline is refused (and
+  // counted, "deadline_unmeetable") without reading, parsing or converting
+  // its request, so refusals cost little of the CPU the admitted calls need.
+  // True when `call` was refused. Admission is checked again after the parse.
+  bool RefusedBeforeRead(RankCall* call);
   // Parses the call's request bytes onto its arena: INVALID_ARGUMENT when
   // they exceed max_request_bytes or are not a RankRequest.
   Status ParseRequest(RankCall* call);

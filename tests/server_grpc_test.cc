@@ -480,6 +480,38 @@ TEST_F(ServerGrpcTest, HugeGrpcTimeoutIsNoDeadline) {
   EXPECT_EQ(metrics_.done("OK"), 5);
 }
 
+// Admission runs before the message is read: a call whose deadline the
+// queue cannot meet is refused at once, without its request being read (so
+// an overloaded server spends no read, parse or conversion on what it sheds).
+// The client below never sends its message: refused before the read, the
+// call ends at once, counted as deadline_unmeetable; read first, it would
+// wait for the message until its deadline.
+TEST_F(ServerGrpcTest, UnmeetableDeadlineIsRefusedBeforeTheMessageIsRead) {
+  StartServer([](ServerConfig* c) { c->batching.max_queue_delay_us = 0; });
+  // One batch held for 1 s teaches the batcher a batch costs ~1 s: a call
+  // alone then needs ~2 s (a batch in compute and its own) plus the margin.
+  gate_.Close();
+  const v1::RankRequest blocker = MakeRequest(41, 4, 3, model_config_);
+  auto first = SendRank(stub_.get(), blocker);
+  ASSERT_TRUE(gate_.WaitEntered(1, 10s));
+  std::this_thread::sleep_for(1s);
+  gate_.Open();
+  ASSERT_TRUE(first->Wait(10s));
+  ExpectMatchesOracle(blocker, *first);
+
+  testing::RawH2Client h2;
+  ASSERT_TRUE(h2.Connect(server_->port()));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(h2.SendRequestHeaders(1, "/jagrank.v1.Ranker/Rank", {{"grpc-timeout", "2S"}}));
+  std::string message;
+  EXPECT_FALSE(h2.ReadMessage(1, &message, start + 10s)) << "a response message without a request";
+  const auto took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took_ms, 1500) << "the call waited for its message instead of being refused at once";
+  EXPECT_EQ(metrics_.rejected("deadline_unmeetable"), 1);
+  EXPECT_EQ(metrics_.done("DEADLINE_EXCEEDED"), 1);
+}
+
 // Bytes that do not parse as a RankRequest are the client's error:
 // INVALID_ARGUMENT naming the message type (gRPC's typed handler answered
 // INTERNAL "Unable to parse request").
