@@ -179,6 +179,9 @@ Status ParseModelConfig(const std::string& yaml_text, ModelConfig* out) {
   }
   if (!root.IsMap()) return Status::InvalidArgument("model config: expected a YAML mapping at the top level");
   ModelConfig c;  // keys that are absent keep their defaults
+  // yaml-cpp keeps both copies of a repeated key and a lookup finds the
+  // first: a second `embedding_dim:` further down would be ignored silently.
+  std::set<std::string> seen;
   for (const auto& kv : root) {
     std::string key;
     try {
@@ -189,6 +192,7 @@ Status ParseModelConfig(const std::string& yaml_text, ModelConfig* out) {
     if (KnownKeys().count(key) == 0) {
       return Status::InvalidArgument("model config: unknown key '" + key + "'");
     }
+    if (!seen.insert(key).second) return Status::InvalidArgument("model config: key '" + key + "' appears twice");
   }
   if (root["name"]) RETURN_IF_ERROR(ReadScalar(root["name"], "name", &c.name));
   if (root["embedding_dim"]) RETURN_IF_ERROR(ReadScalar(root["embedding_dim"], "embedding_dim", &c.embedding_dim));
@@ -212,9 +216,11 @@ Status ParseModelConfig(const std::string& yaml_text, ModelConfig* out) {
       const std::string key = "sparse_features[" + std::to_string(i) + "]";
       const YAML::Node item = list[i];
       if (!item.IsMap()) return Status::InvalidArgument(key + ": expected a mapping {name, num_rows}");
+      std::set<std::string> item_keys;
       for (const auto& kv : item) {
         const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
         if (k != "name" && k != "num_rows") return Status::InvalidArgument(key + ": unknown key '" + k + "'");
+        if (!item_keys.insert(k).second) return Status::InvalidArgument(key + ": key '" + k + "' appears twice");
       }
       if (!item["name"]) return Status::InvalidArgument(key + ".name: missing");
       if (!item["num_rows"]) return Status::InvalidArgument(key + ".num_rows: missing");

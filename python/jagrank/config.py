@@ -120,9 +120,22 @@ class ModelConfig:
     @classmethod
     def from_yaml(cls, path: str) -> "ModelConfig":
         import yaml  # PyYAML; only reading needs it
+
+        class UniqueKeyLoader(yaml.SafeLoader):
+            # PyYAML keeps the last of a repeated key, yaml-cpp the first:
+            # both readers refuse it instead, so they never disagree.
+            def construct_mapping(self, node, deep=False):
+                seen = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    if key in seen:
+                        raise ValueError(f"{path}: key '{key}' appears twice")
+                    seen.add(key)
+                return super().construct_mapping(node, deep)
+
         with open(path, "r", encoding="utf-8") as f:
             try:
-                doc = yaml.safe_load(f)
+                doc = yaml.load(f, Loader=UniqueKeyLoader)
             except yaml.YAMLError as e:
                 raise ValueError(f"{path}: YAML syntax error: {e}") from None
         try:

@@ -70,6 +70,23 @@ class WeightsFilesTest(unittest.TestCase):
             JagRankModel(self.config).load_safetensors(path)
         self.assertIn(expected, str(caught.exception), tag)
 
+    def test_model_yaml_with_a_repeated_key(self):
+        # The server and the twin both refuse it (each YAML reader would
+        # otherwise keep a different copy of the key).
+        with open(self.yaml, encoding="utf-8") as f:
+            text = f.read()
+        bad = self.path("repeated_key.yaml")
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write(text + "\nmax_history_len: 3\n")
+        weights = self.path("repeated_key.safetensors")
+        self.model.save_safetensors(weights)
+        code, output = harness.run_server_expecting_failure(bad, weights)
+        self.assertNotEqual(code, 0, output)
+        self.assertIn("key 'max_history_len' appears twice", output)
+        with self.assertRaises(ValueError) as caught:
+            JagRankModel.from_yaml(bad)
+        self.assertIn("key 'max_history_len' appears twice", str(caught.exception))
+
     @staticmethod
     def replace(entries, name, fn):
         return [fn(e) if e[0] == name else e for e in entries]
