@@ -320,6 +320,13 @@ bool RankerService::RefusedBeforeRead(RankCall* call) {
   return true;
 }
 
+void RankerService::CountInflight(int delta) {
+  // Under the lock, so the gauge is set in the order the count changes: two
+  // threads finishing at once could otherwise leave it at the older value.
+  std::lock_guard<std::mutex> lock(inflight_mu_);
+  metrics_->SetInflight(inflight_.fetch_add(delta, std::memory_order_relaxed) + delta);
+}
+
 bool RankerService::WaitRepliesSent(Clock::time_point give_up) const {
   // Drain only: a short poll keeps the reply path free of any notification.
   while (replies_pending_.load(std::memory_order_acquire) > 0) {
@@ -362,14 +369,14 @@ Status RankerService::Admit(std::unique_ptr<QueuedRequest> queued) {
   queued->finish = [this, arrival, done = std::move(queued->finish)](const Status& status, const float* scores,
                                                                     int64_t count, const std::string& version) {
     metrics_->OnRequestDone(StatusCodeName(status.code()), status.ok() ? count : 0, SecondsSince(arrival));
-    metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
+    CountInflight(-1);
     done(status, scores, count, version);
   };
 
-  metrics_->SetInflight(inflight_.fetch_add(1) + 1);
+  CountInflight(+1);
   Status queued_status = batcher_->Enqueue(&queued);
   if (!queued_status.ok()) {
-    metrics_->SetInflight(inflight_.fetch_sub(1) - 1);
+    CountInflight(-1);
     const char* reason = "shutting_down";
     if (queued_status.message().rfind("would not finish", 0) == 0) {
       reason = "deadline_unmeetable";

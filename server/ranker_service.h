@@ -178,6 +178,9 @@ class RankerService final
   // its request, so refusals cost little of the CPU the admitted calls need.
   // True when `call` was refused. Admission is checked again after the parse.
   bool RefusedBeforeRead(RankCall* call);
+  // Adds `delta` to the accepted calls not yet finished and sets the
+  // inflight gauge to the new count, in the order the count changes.
+  void CountInflight(int delta);
   // Parses the call's request bytes onto its arena: INVALID_ARGUMENT when
   // they exceed max_request_bytes or are not a RankRequest.
   Status ParseRequest(RankCall* call);
@@ -189,7 +192,8 @@ class RankerService final
   ModelManager* models_ = nullptr;  // set once before state_ becomes kServing
   Batcher* batcher_ = nullptr;      // set once before state_ becomes kServing
   std::atomic<int> state_{kLoading};
-  std::atomic<int64_t> inflight_{0};
+  std::mutex inflight_mu_;  // orders the gauge's updates (CountInflight)
+  std::atomic<int64_t> inflight_{0};  // changed only by CountInflight
   std::atomic<int64_t> replies_pending_{0};  // Finish/FinishWithError called, finish event not back yet
   std::vector<std::unique_ptr<Queue>> queues_;
   grpc::AsyncGenericService generic_service_;  // Rank's calls arrive here, unread
