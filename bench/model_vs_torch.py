@@ -818,6 +818,38 @@ def _scrape(port):
     return out
 
 
+STAGE_HISTOGRAMS = {"request_ms": "jagrank_request_latency_seconds", "queue_ms": "jagrank_queue_latency_seconds",
+                    "assemble_ms": "jagrank_batch_assemble_seconds", "compute_ms": "jagrank_compute_latency_seconds",
+                    "send_ms": "jagrank_response_send_seconds", "requests_per_batch": "jagrank_batch_requests"}
+
+
+def _scrape_histograms(port):
+    """{histogram: (sum, count)} over all label sets, for STAGE_HISTOGRAMS; {} when /metrics does not answer."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except Exception:  # noqa: BLE001
+        return {}
+    out = {}
+    for name in STAGE_HISTOGRAMS.values():
+        total = [0.0, 0.0]
+        for i, suffix in enumerate(("_sum", "_count")):
+            for m in re.finditer(rf"^{name}{suffix}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.M):
+                total[i] += float(m.group(1))
+        out[name] = tuple(total)
+    return out
+
+
+def stage_means(before, after):
+    """Per-stage means between two _scrape_histograms: where a served request's time went."""
+    out = {}
+    for key, name in STAGE_HISTOGRAMS.items():
+        if name in before and name in after:
+            s, n = after[name][0] - before[name][0], after[name][1] - before[name][1]
+            if n > 0:
+                out[key] = s / n * (1.0 if key == "requests_per_batch" else 1e3)
+    return out
+
+
 def parse_served_variants(text):
     """'name=SERVER FLAGS|LOADGEN FLAGS|RAMP;...' -> [(name, server flags, loadgen flags, ramp or None)]."""
     variants = []
@@ -887,7 +919,9 @@ def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampl
                     "--seed", str(args.seed), "--json-out", out] + args.loadgen_flags.split() + loadgen_extra.split()
             row = dict(part="served", variant=name, concurrency=c)
             try:
+                hist_before = _scrape_histograms(metrics_port)
                 proc = subprocess.run(lcmd, capture_output=True, text=True, timeout=args.part_timeout_s)
+                row["stages"] = stage_means(hist_before, _scrape_histograms(metrics_port))
                 t_exit = time.time()
                 if proc.returncode != 0 and not os.path.exists(out):
                     raise RuntimeError(f"loadgen exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
@@ -902,7 +936,8 @@ def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampl
                 row["within_p99"] = row["p99_ms"] <= args.p99_ms and row["errors"] == 0
                 log(f"served {name} c={c}: {row['requests_per_s']:.0f} requests/s, {row['candidates_per_s'] / 1e6:.2f}M "
                     f"candidates/s, p99 {row['p99_ms']:.2f} ms, errors {row['errors']}, GPU busy "
-                    f"{row['gpu_busy_pct'] if row['gpu_busy_pct'] is not None else 'n/a'}")
+                    f"{row['gpu_busy_pct'] if row['gpu_busy_pct'] is not None else 'n/a'}; means (warm-up included) "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in row["stages"].items()))
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {e}"[:400]
                 log(f"served {name} c={c}: FAILED: {row['error']}")
