@@ -2,6 +2,12 @@
 
 #include <absl/synchronization/mutex.h>
 #include <dlfcn.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include <cerrno>
 #include <climits>
@@ -15,6 +21,43 @@ bool ConfigureGrpcProcess() {
   if (keep != nullptr && std::strcmp(keep, "1") == 0) return true;
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return false;
+}
+
+int UsableCoresFrom(int affinity_cpus, const std::string& cpu_max, int host_cpus) {
+  int cores = affinity_cpus > 0 ? affinity_cpus : std::max(1, host_cpus);
+  std::istringstream in(cpu_max);
+  std::string quota;
+  long long period = 0;
+  if (in >> quota >> period && quota != "max" && period > 0) {
+    char* end = nullptr;
+    const long long q = std::strtoll(quota.c_str(), &end, 10);
+    if (end != quota.c_str() && *end == '\0' && q > 0) {
+      const long long allowed = (q + period - 1) / period;  // a partial core still runs a thread
+      cores = static_cast<int>(std::min<long long>(cores, allowed));
+    }
+  }
+  return std::max(1, cores);
+}
+
+int UsableCores() {
+  static const int cores = [] {
+    int affinity = 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) affinity = CPU_COUNT(&set);
+    // cgroup v2: the line "0::/path" of /proc/self/cgroup names the
+    // process's group ("/" inside a container with its own namespace).
+    std::string line, group;
+    std::ifstream cgroup("/proc/self/cgroup");
+    while (std::getline(cgroup, line)) {
+      if (line.rfind("0::", 0) == 0) group = line.substr(3);
+    }
+    std::string cpu_max;
+    std::ifstream file("/sys/fs/cgroup" + (group == "/" ? std::string() : group) + "/cpu.max");
+    if (file) std::getline(file, cpu_max);
+    return UsableCoresFrom(affinity, cpu_max, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  return cores;
 }
 
 std::string MallocLibrary() {

@@ -22,6 +22,19 @@ namespace jagrank {
 // object is made; safe to call again.
 bool ConfigureGrpcProcess();
 
+// The cores this process may run on: the CPUs in its affinity mask
+// (taskset, a container's cpuset), and no more than a cgroup v2 CPU quota
+// (`cpu.max`, e.g. podman --cpus 2.5 -> 3) allows; at least 1. Thread pools
+// and polling threads are sized from it: std::thread::hardware_concurrency()
+// counts every CPU of the host, and more busy threads than usable cores
+// only take turns on them. Read once, at the first call. Thread-safe.
+int UsableCores();
+
+// The same from explicit inputs, for tests: `affinity_cpus` (0 = unknown),
+// the text of a cgroup v2 `cpu.max` file ("max 100000", "250000 100000";
+// "" = none) and the host's CPU count.
+int UsableCoresFrom(int affinity_cpus, const std::string& cpu_max, int host_cpus);
+
 // The file of the shared object whose malloc this process calls (e.g.
 // ".../libtcmalloc_minimal.so.4" or ".../libc.so.6"), for the start-up log.
 std::string MallocLibrary();

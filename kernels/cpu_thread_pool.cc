@@ -4,13 +4,15 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/process.h"
+
 // OpenBLAS's thread control, declared weak: null when the BLAS is another.
 extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 namespace jagrank {
 
 CpuThreadPool& CpuThreadPool::Shared() {
-  static CpuThreadPool pool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  static CpuThreadPool pool(UsableCores() - 1);
   return pool;
 }
 
@@ -69,7 +71,7 @@ int CpuThreadPool::Run(int extra_threads, const std::function<void()>& task) {
 }
 
 int CpuThreads(int requested) {
-  return requested > 0 ? requested : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return requested > 0 ? requested : UsableCores();
 }
 
 int ParallelFor(int64_t items, int threads, const std::function<void(int64_t)>& body) {

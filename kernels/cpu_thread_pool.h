@@ -23,8 +23,8 @@ namespace jagrank {
 
 class CpuThreadPool {
  public:
-  // The process-wide pool: hardware_concurrency - 1 workers (at least 1),
-  // created on first use.
+  // The process-wide pool: UsableCores() - 1 workers (none on one core: the
+  // caller then runs every task alone), created on first use.
   static CpuThreadPool& Shared();
 
   explicit CpuThreadPool(int num_workers);
@@ -57,8 +57,8 @@ class CpuThreadPool {
   std::vector<std::thread> workers_;
 };
 
-// Threads a CPU kernel may use, the caller's included: `requested`, or all
-// cores when it is 0.
+// Threads a CPU kernel may use, the caller's included: `requested`, or
+// UsableCores() when it is 0.
 int CpuThreads(int requested);
 
 // Runs body(i) for every i in [0, items) exactly once, on the caller and up

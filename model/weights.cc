@@ -14,6 +14,8 @@
 #include <fstream>
 #include <thread>
 
+#include "common/process.h"
+
 namespace jagrank {
 namespace {
 
@@ -43,7 +45,7 @@ void FillUniform(uint64_t seed, float bound, float* values, size_t n) {
     }
   };
   const size_t kParallelAbove = size_t{1} << 20;
-  const unsigned threads = std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
+  const unsigned threads = static_cast<unsigned>(std::min(16, UsableCores()));
   if (n < kParallelAbove || threads == 1) {
     fill(0, n);
     return;

@@ -1,5 +1,7 @@
 #include "server/executor.h"
 
+#include "common/process.h"
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -54,7 +56,7 @@ void Executor::Start() {
     NameThisThread("jr-compute");
     ComputeLoop();
   });
-  for (int i = 0; i < kCompletionThreads; ++i) {
+  for (int i = 0; i < std::min(kCompletionThreads, UsableCores()); ++i) {
     completion_threads_.emplace_back([this] {
       NameThisThread("jr-complete");
       CompleteLoop();

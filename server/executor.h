@@ -89,7 +89,8 @@ class Executor {
   // (bounds memory when finishing falls behind).
   static constexpr size_t kMaxComputedBatches = 4;
   // Threads finishing computed batches, one batch each at a time (gRPC's
-  // Finish costs ~25 us of CPU per call on the H200 host).
+  // Finish costs ~25 us of CPU per call on the H200 host); no more than
+  // UsableCores(): on fewer cores they would only take turns.
   static constexpr int kCompletionThreads = 4;
 
   void AssembleLoop();

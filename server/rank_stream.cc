@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "jagrank/v1/ranker.pb.h"
+#include "common/process.h"
 #include "server/grpc_status.h"
 
 namespace jagrank {
@@ -146,7 +147,7 @@ RankStreamService::RankStreamService(const ServerConfig& config, ServerMetrics* 
 RankStreamService::~RankStreamService() { StopPolling(); }
 
 int RankStreamService::QueueCount() const {
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
+  return std::clamp(UsableCores() / 2, 1, 8);
 }
 
 void RankStreamService::AddToBuilder(grpc::ServerBuilder* builder) {

@@ -86,7 +86,7 @@ class RankStreamService {
   // Streams open now (accepted and not yet freed). Thread-safe.
   int64_t open_streams() const;
 
-  // Completion queues (= polling threads): half the cores, 2 to 8, as for
+  // Completion queues (= polling threads): half the usable cores, 1 to 8, as for
   // unary Rank. A stream's messages all arrive on one queue and are parsed
   // and converted by its thread: on the 16-core GPU host 4 queues held the
   // production model's streams to ~120k requests/s with p99 past 20 ms from

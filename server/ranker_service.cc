@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/process.h"
 #include "server/grpc_status.h"
 
 namespace jagrank {
@@ -118,7 +119,7 @@ RankerService::RankerService(const ServerConfig& config, ServerMetrics* metrics)
 RankerService::~RankerService() { StopPolling(); }
 
 int RankerService::CompletionQueueCount() const {
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 2), 2, 8);
+  return std::clamp(UsableCores() / 2, 1, 8);
 }
 
 int64_t RankerService::ReadSlotCount() const {

@@ -123,8 +123,8 @@ class RankerService final
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
 
-  // Completion queues (= polling threads) Rank is served on: half the
-  // cores, 2 to 8 (the executor's own threads need the rest; on the 16-core
+  // Completion queues (= polling threads) Rank is served on: half the usable
+  // cores, 1 to 8 (the executor's own threads need the rest; on the 16-core
   // H200 host 4 queues served less and 16 no more than these 8).
   int CompletionQueueCount() const;
   // Calls requested ahead of time on each queue, so that a burst of new

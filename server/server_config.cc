@@ -241,7 +241,7 @@ const std::vector<Knob>& Knobs() {
       Text("attention", Member(&S::attention), OneOf({"jagged", "padded_flash", "padded_dense"}),
            "attention strategy: jagged | padded_flash | padded_dense"),
       Int("cpu_threads", Member(&S::cpu_threads), 0, 4096,
-          "CPU backend threads (every kernel, GEMMs included); 0 = all cores"),
+          "CPU backend threads (every kernel, GEMMs included); 0 = the usable cores (affinity, cgroup quota)"),
       Int("grpc_max_concurrent_streams", Member(&S::grpc_max_concurrent_streams), 0, 1 << 20,
           "calls open at once per client connection (more wait in the client); 0 = no limit"),
       Text("grpc_channel_args", Member(&S::grpc_channel_args), ChannelArgs,

@@ -1,4 +1,5 @@
-// ParseGrpcChannelArgs: the "grpc.name=value,..." lists of extra channel
+// UsableCores: the cores thread pools are sized from (affinity, cgroup
+// quota). ParseGrpcChannelArgs: the "grpc.name=value,..." lists of extra channel
 // arguments; and ConfigureGrpcProcess: Abseil's lock-order checker, which Debian's Abseil
 // runs on every Mutex lock (gRPC's included), is off after it and stays on
 // only when JAGRANK_ABSL_DEADLOCK_CHECK=1. The checker is observed through
@@ -6,6 +7,7 @@
 // checker on, the second order is a potential deadlock and Abseil aborts.
 #include <absl/synchronization/mutex.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <cstdlib>
@@ -33,6 +35,36 @@ void LockInBothOrders() {
 
 // Why the set-up exists: without it this Abseil checks lock order (and so
 // takes its global graph lock on every Mutex lock in gRPC).
+TEST(UsableCoresTest, AffinityThenQuota) {
+  EXPECT_EQ(UsableCoresFrom(2, "", 64), 2);               // taskset -c 0,1 on a 64-core host
+  EXPECT_EQ(UsableCoresFrom(0, "", 8), 8);                // no affinity known: the host's count
+  EXPECT_EQ(UsableCoresFrom(0, "", 0), 1);                // nothing known: one
+  EXPECT_EQ(UsableCoresFrom(16, "max 100000", 16), 16);   // no quota
+  EXPECT_EQ(UsableCoresFrom(16, "250000 100000", 16), 3);  // --cpus 2.5: a third thread still runs
+  EXPECT_EQ(UsableCoresFrom(16, "200000 100000", 16), 2);
+  EXPECT_EQ(UsableCoresFrom(16, "50000 100000", 16), 1);
+  EXPECT_EQ(UsableCoresFrom(2, "800000 100000", 16), 2);  // the quota never adds cores
+  EXPECT_EQ(UsableCoresFrom(4, "garbage", 16), 4);         // unreadable: ignored
+  EXPECT_EQ(UsableCoresFrom(4, "-1 100000", 16), 4);
+  EXPECT_EQ(UsableCoresFrom(4, "100000 0", 16), 4);
+}
+
+// A process limited to one CPU (as `taskset -c 0` starts it) sizes its
+// pools for one core, whatever the host has. Run in a fresh process, since
+// the count is read once.
+TEST(UsableCoresTest, FollowsTheAffinityMask) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(0, &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0) std::exit(2);
+        std::exit(UsableCores() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 TEST(GrpcProcessTest, AbseilChecksLockOrderByDefault) {
   EXPECT_DEATH(LockInBothOrders(), "deadlock");
 }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/process.h"
 #include "kernels/cpu_thread_pool.h"
 
 namespace jagrank {
@@ -97,7 +98,7 @@ TEST(ParallelForTest, RunsEveryItemOnceAcrossThreads) {
   EXPECT_EQ(ThreadsFor(5000, 1024, 3), 3);
   EXPECT_EQ(ThreadsFor(5000, 1024, 8), 4);  // 4.9 threads' worth
   EXPECT_EQ(ThreadsFor(5000, 1024, 0), std::min(4, CpuThreads(0)));
-  EXPECT_EQ(CpuThreads(0), std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  EXPECT_EQ(CpuThreads(0), UsableCores());
   for (const int64_t items : {0, 1, 5, 1000}) {
     std::vector<std::atomic<int>> seen(items);
     const int ran_on = ParallelFor(items, 2, [&](int64_t i) { ++seen[i]; });
