@@ -1,6 +1,8 @@
 // Several executors on one batcher, on the CPU: both compute (while one is
 // held inside its forward pass the other keeps answering), every answer
-// equals the model's own forward pass, and a version swap reaches both.
+// equals the model's own forward pass, and a version swap reaches both. On
+// a GPU (skipped without one): two instances on one device both compute,
+// and their answers equal the CPU model's.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -8,8 +10,10 @@
 #include <fstream>
 #include <thread>
 
+#include "common/cuda_check.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "server/model_manager.h"
 #include "server/server.h"
 #include "server_test_helpers.h"
 
@@ -152,6 +156,61 @@ TEST(ServerExecutorsTest, InstancesPerDeviceAndADeviceListBuildTwoExecutors) {
     EXPECT_EQ(metrics.done("OK"), 40);
   }
   std::filesystem::remove_all(dir);
+}
+
+// Two instances of the model on one GPU (instances_per_device 2), fed by one
+// batcher: a burst of concurrent calls is answered by both (each instance
+// computed batches) and every answer equals the CPU model's, in fp32.
+TEST(ServerExecutorsTest, TwoInstancesOnOneGpu) {
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig model_config = server_test::SmallModelConfig();
+  std::unique_ptr<Model> oracle = server_test::MakeCpuModel(model_config);
+  ServerConfig config = TestConfig();
+  config.device = "cuda:0";
+  config.instances_per_device = 2;
+  config.precision = "fp32";
+  Gate gates[2];
+  ForwardLog logs[2];
+  std::vector<std::unique_ptr<Model>> instances;
+  const std::vector<std::string> devices = ExecutorDevices(config);
+  ASSERT_EQ(devices, (std::vector<std::string>{"cuda:0", "cuda:0"}));
+  for (int i = 0; i < 2; ++i) {
+    std::unique_ptr<Model> model;
+    const Status s = BuildModel(model_config, ModelWeights(), config, devices[i], &model);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    instances.push_back(std::make_unique<server_test::RecordingModel>(std::move(model), &gates[i], &logs[i]));
+  }
+  server_test::CountingMetrics metrics;
+  std::unique_ptr<JagrankServer> server;
+  ASSERT_TRUE(JagrankServer::CreateWithModels(config, std::move(instances), &metrics, &server).ok());
+  ASSERT_EQ(server->model_manager().instances(), 2);
+  const size_t warmup[2] = {Computed(&logs[0]), Computed(&logs[1])};
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
+  auto stub = v1::Ranker::NewStub(channel);
+  // Hold instance 0 until instance 1 has computed something, so that the
+  // burst cannot all land on one of them.
+  gates[0].Close();
+  std::vector<v1::RankRequest> requests;
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (int i = 0; i < 64; ++i) {
+    requests.push_back(MakeRequest(700 + i, (i * 7) % 60, 1 + i % 5, model_config));
+    calls.push_back(SendRank(stub.get(), requests.back()));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (Computed(&logs[1]) == warmup[1] && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(5ms);
+  }
+  gates[0].Open();
+  constexpr float kGpuTolerance = 1e-4f;  // fp32 on the GPU against the CPU backend
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ASSERT_TRUE(calls[i]->Wait(30s));
+    ASSERT_TRUE(calls[i]->status.ok()) << calls[i]->status.error_message();
+    const std::vector<float> want = server_test::ForwardAlone(oracle.get(), requests[i]);
+    ASSERT_EQ(static_cast<size_t>(calls[i]->response.scores_size()), want.size());
+    for (size_t j = 0; j < want.size(); ++j) EXPECT_NEAR(calls[i]->response.scores(j), want[j], kGpuTolerance);
+  }
+  EXPECT_GT(Computed(&logs[0]), warmup[0]);
+  EXPECT_GT(Computed(&logs[1]), warmup[1]);
 }
 
 TEST(ServerExecutorsTest, ConfigChecksTheDeviceListAndInstances) {
