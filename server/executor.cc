@@ -190,20 +190,43 @@ void Executor::ComputeLoop() {
 
 void Executor::CompleteLoop() {
   for (;;) {
-    std::unique_ptr<Work> work;
+    Work* work = nullptr;
+    size_t begin = 0, end = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
       completion_cv_.wait(lock, [&] { return !computed_.empty() || compute_done_; });
-      if (computed_.empty()) return;  // compute finished and everything is answered
-      work = std::move(computed_.front());
-      computed_.pop_front();
-      compute_cv_.notify_one();  // the compute thread may be waiting for room
+      if (computed_.empty()) return;  // compute finished and everything is claimed
+      // The oldest batch's next chunk; the batch leaves computed_ with its
+      // last chunk, and another thread may take the chunk after this one.
+      work = computed_.front().get();
+      begin = work->claimed;
+      end = std::min(work->requests.size(), begin + kAnswerChunk);
+      work->claimed = end;
+      if (end == work->requests.size()) {
+        answering_.push_back(std::move(computed_.front()));
+        computed_.pop_front();
+        compute_cv_.notify_one();  // the compute thread may be waiting for room
+      }
+      if (!computed_.empty()) completion_cv_.notify_one();
     }
-    Complete(work.get());
-    work->requests.clear();
-    work->served.reset();  // may free a replaced version (its last batch)
+    Complete(work, begin, end);
+    std::unique_ptr<Work> recycled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work->answered += end - begin;
+      if (work->answered < work->requests.size()) continue;  // another thread answers the rest
+      // Every chunk is answered and the last one was claimed before: the
+      // batch is in answering_, and this thread recycles it.
+      auto it = std::find_if(answering_.begin(), answering_.end(), [&](const auto& w) { return w.get() == work; });
+      recycled = std::move(*it);
+      answering_.erase(it);
+    }
+    ReportMemory(*recycled);
+    recycled->requests.clear();
+    recycled->served.reset();  // may free a replaced version (its last batch)
+    recycled->claimed = recycled->answered = 0;
     std::lock_guard<std::mutex> lock(mu_);
-    spares_.push_back(std::move(work));
+    spares_.push_back(std::move(recycled));
   }
 }
 
@@ -261,42 +284,45 @@ bool Executor::Compute(Work* work) {
   return true;
 }
 
-void Executor::Complete(Work* work) {
+void Executor::Complete(Work* work, size_t begin, size_t end) {
   if (!work->status.ok()) {
     const Status error = Status::Internal("forward failed: " + work->status.ToString());
-    spdlog::error("batch of {} requests: {}", work->requests.size(), error.message());
-    for (const auto& r : work->requests) r->finish(error, nullptr, 0, "");
-  } else {
-    const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
-    const std::string& version = work->served->version;
-    for (size_t i = 0; i < work->requests.size(); ++i) {
-      QueuedRequest& request = *work->requests[i];
-      const float* scores = work->scores.data() + offsets[i];
-      const int64_t count = offsets[i + 1] - offsets[i];
-      // Rows do not mix in the forward pass, so one request's overflow
-      // leaves the others' scores intact: only its own answer is an error.
-      const Status finite = CheckScoresFinite(request.input, scores, count);
-      if (!finite.ok()) {
-        metrics_->OnRejected("non_finite_scores");
-        request.finish(finite, nullptr, 0, "");
-        continue;
-      }
-      request.finish(Status::Ok(), scores, count, version);
-    }
+    if (begin == 0) spdlog::error("batch of {} requests: {}", work->requests.size(), error.message());
+    for (size_t i = begin; i < end; ++i) work->requests[i]->finish(error, nullptr, 0, "");
+    return;
   }
+  const std::vector<int32_t>& offsets = work->batch.candidate_offsets;
+  const std::string& version = work->served->version;
+  for (size_t i = begin; i < end; ++i) {
+    QueuedRequest& request = *work->requests[i];
+    const float* scores = work->scores.data() + offsets[i];
+    const int64_t count = offsets[i + 1] - offsets[i];
+    // Rows do not mix in the forward pass, so one request's overflow
+    // leaves the others' scores intact: only its own answer is an error.
+    const Status finite = CheckScoresFinite(request.input, scores, count);
+    if (!finite.ok()) {
+      metrics_->OnRejected("non_finite_scores");
+      request.finish(finite, nullptr, 0, "");
+      continue;
+    }
+    request.finish(Status::Ok(), scores, count, version);
+  }
+}
+
+void Executor::ReportMemory(const Work& work) {
   // The model counts padding saved since its creation; the metrics take one
   // running total over instances and versions (ModelManager::MemoryToReport).
-  const Model& model = *ModelOf(*work);
+  const Model& model = *ModelOf(work);
   int64_t increase = 0;
   {
     std::lock_guard<std::mutex> lock(report_mu_);
-    if (work->served->serial > reported_serial_) {  // a newer version: its count starts at its creation
-      reported_serial_ = work->served->serial;
+    if (work.served->serial > reported_serial_) {  // a newer version: its count starts at its creation
+      reported_serial_ = work.served->serial;
       reported_padding_saved_bytes_ = 0;
     }
     // A replaced version's last batches, answered after the new version's
     // first, are not counted (serials only grow).
-    if (work->served->serial == reported_serial_) {
+    if (work.served->serial == reported_serial_) {
       const int64_t total = model.Memory().padding_saved_bytes;
       increase = std::max<int64_t>(0, total - reported_padding_saved_bytes_);
       reported_padding_saved_bytes_ = std::max(reported_padding_saved_bytes_, total);

@@ -6,13 +6,18 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "common/cuda_check.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "common/process.h"
+#include "server/batcher.h"
+#include "server/executor.h"
 #include "server/model_manager.h"
 #include "server/server.h"
 #include "server_test_helpers.h"
@@ -211,6 +216,59 @@ TEST(ServerExecutorsTest, TwoInstancesOnOneGpu) {
   }
   EXPECT_GT(Computed(&logs[0]), warmup[0]);
   EXPECT_GT(Computed(&logs[1]), warmup[1]);
+}
+
+// One batch's answers are shared by the completion threads: while the
+// first request's finish is held, another thread answers requests of the
+// same batch (one thread per batch would answer them only after it).
+TEST(ServerExecutorsTest, CompletionThreadsShareOneBatch) {
+  if (UsableCores() < 2) GTEST_SKIP() << "one usable core: one completion thread";
+  const ModelConfig model_config = server_test::SmallModelConfig();
+  ServerConfig config = TestConfig();
+  constexpr int kRequests = 48;
+  config.batching.max_batch_requests = kRequests;
+  config.batching.max_queue_delay_us = 10000000;  // the batch closes on its request budget
+  server_test::CountingMetrics metrics;
+  std::vector<std::unique_ptr<Model>> instances;
+  instances.push_back(server_test::MakeCpuModel(model_config));
+  std::unique_ptr<ModelManager> models;
+  ASSERT_TRUE(ModelManager::CreateFixed(config, std::move(instances), &metrics, &models).ok());
+  Batcher batcher(config.batching, &metrics);
+  Executor executor(models.get(), 0, &batcher, &metrics);
+  executor.Start();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;
+  bool first_held = false, others_answered_while_held = false;
+  std::set<std::thread::id> threads;
+  const std::shared_ptr<const ServedModel> served = models->Current();
+  for (int i = 0; i < kRequests; ++i) {
+    auto queued = std::make_unique<QueuedRequest>();
+    ASSERT_TRUE(served->converter.Convert(MakeRequest(900 + i, 4, 2, model_config), &queued->input).ok());
+    queued->request_contract = served->request_contract;
+    queued->finish = [&, i](const Status& status, const float*, int64_t, const std::string&) {
+      EXPECT_TRUE(status.ok()) << status.ToString();
+      std::unique_lock<std::mutex> lock(mu);
+      threads.insert(std::this_thread::get_id());
+      ++finished;
+      cv.notify_all();
+      if (i == 0) {
+        first_held = true;
+        others_answered_while_held = cv.wait_for(lock, 10s, [&] { return finished > 1; });
+      }
+    };
+    ASSERT_TRUE(batcher.Enqueue(&queued).ok());
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 30s, [&] { return finished == kRequests; }));
+    EXPECT_TRUE(first_held);
+    EXPECT_TRUE(others_answered_while_held) << "the batch's other requests waited for its first answer";
+    EXPECT_GE(threads.size(), 2u);
+  }
+  batcher.Close();
+  executor.Join();
 }
 
 TEST(ServerExecutorsTest, ConfigChecksTheDeviceListAndInstances) {
