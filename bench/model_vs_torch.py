@@ -804,9 +804,13 @@ def _run_timing_rows(cmd, names, timeout_s):
     return proc.returncode, "".join(stderr), times
 
 
+def _metrics_text(port):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
 def _scrape(port):
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        text = _metrics_text(port)
     except Exception as e:  # noqa: BLE001
         return {"scrape_error": str(e)}
     out = {}
@@ -826,7 +830,7 @@ STAGE_HISTOGRAMS = {"request_ms": "jagrank_request_latency_seconds", "queue_ms":
 def _scrape_histograms(port):
     """{histogram: (sum, count)} over all label sets, for STAGE_HISTOGRAMS; {} when /metrics does not answer."""
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        text = _metrics_text(port)
     except Exception:  # noqa: BLE001
         return {}
     out = {}

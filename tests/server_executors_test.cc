@@ -54,6 +54,24 @@ size_t Computed(ForwardLog* log) {
   return log->batch_requests.size();
 }
 
+// A server over two recorded instances and a stub to it; `warmup` holds the
+// batches each instance computed before the test's calls.
+struct TwoInstanceServer {
+  server_test::CountingMetrics metrics;
+  std::unique_ptr<JagrankServer> server;
+  std::unique_ptr<v1::Ranker::Stub> stub;
+  size_t warmup[2] = {0, 0};
+
+  void Start(const ServerConfig& config, std::vector<std::unique_ptr<Model>> instances, ForwardLog logs[2]) {
+    ASSERT_TRUE(JagrankServer::CreateWithModels(config, std::move(instances), &metrics, &server).ok());
+    ASSERT_EQ(server->model_manager().instances(), 2);
+    warmup[0] = Computed(&logs[0]);
+    warmup[1] = Computed(&logs[1]);
+    stub = v1::Ranker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  }
+};
+
 // Two executors over two instances of the real model: executor 0 is held in
 // its forward pass, and executor 1 still answers every further call; once
 // released, the held batch is answered too. Each instance computed batches.
@@ -67,14 +85,10 @@ TEST(ServerExecutorsTest, WhileOneExecutorIsHeldTheOtherAnswers) {
     instances.push_back(std::make_unique<server_test::RecordingModel>(server_test::MakeCpuModel(model_config),
                                                                       &gates[i], &logs[i]));
   }
-  server_test::CountingMetrics metrics;
-  std::unique_ptr<JagrankServer> server;
-  ServerConfig config = TestConfig();
-  ASSERT_TRUE(JagrankServer::CreateWithModels(config, std::move(instances), &metrics, &server).ok());
-  ASSERT_EQ(server->model_manager().instances(), 2);
-  const size_t warmup[2] = {Computed(&logs[0]), Computed(&logs[1])};
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
-  auto stub = v1::Ranker::NewStub(channel);
+  TwoInstanceServer served;
+  ASSERT_NO_FATAL_FAILURE(served.Start(TestConfig(), std::move(instances), logs));
+  v1::Ranker::Stub* stub = served.stub.get();
+  const size_t* warmup = served.warmup;
 
   // Hold executor 0: send calls one by one until one of them is inside its
   // gate (the others are answered by whichever executor took them).
@@ -84,7 +98,7 @@ TEST(ServerExecutorsTest, WhileOneExecutorIsHeldTheOtherAnswers) {
   std::vector<std::unique_ptr<PendingCall>> calls;
   for (int i = 0; i < 50 && !gates[0].WaitEntered(1, 0ms); ++i) {
     requests.push_back(MakeRequest(400 + i, i % 20, 1 + i % 4, model_config));
-    calls.push_back(SendRank(stub.get(), requests.back()));
+    calls.push_back(SendRank(stub, requests.back()));
     // Either answered (executor 1) or held (executor 0).
     const auto give_up = std::chrono::steady_clock::now() + 20s;
     while (!calls.back()->Wait(5ms) && !gates[0].WaitEntered(1, 5ms) && std::chrono::steady_clock::now() < give_up) {
@@ -101,7 +115,7 @@ TEST(ServerExecutorsTest, WhileOneExecutorIsHeldTheOtherAnswers) {
   const size_t first_more = calls.size();
   for (int i = 0; i < 10; ++i) {
     requests.push_back(MakeRequest(500 + i, i, 2, model_config));
-    calls.push_back(SendRank(stub.get(), requests.back()));
+    calls.push_back(SendRank(stub, requests.back()));
   }
   auto answered = [&] {
     int n = 0;
@@ -185,13 +199,10 @@ TEST(ServerExecutorsTest, TwoInstancesOnOneGpu) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     instances.push_back(std::make_unique<server_test::RecordingModel>(std::move(model), &gates[i], &logs[i]));
   }
-  server_test::CountingMetrics metrics;
-  std::unique_ptr<JagrankServer> server;
-  ASSERT_TRUE(JagrankServer::CreateWithModels(config, std::move(instances), &metrics, &server).ok());
-  ASSERT_EQ(server->model_manager().instances(), 2);
-  const size_t warmup[2] = {Computed(&logs[0]), Computed(&logs[1])};
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
-  auto stub = v1::Ranker::NewStub(channel);
+  TwoInstanceServer served;
+  ASSERT_NO_FATAL_FAILURE(served.Start(config, std::move(instances), logs));
+  v1::Ranker::Stub* stub = served.stub.get();
+  const size_t* warmup = served.warmup;
   // Hold instance 0 until instance 1 has computed something, so that the
   // burst cannot all land on one of them.
   gates[0].Close();
@@ -199,7 +210,7 @@ TEST(ServerExecutorsTest, TwoInstancesOnOneGpu) {
   std::vector<std::unique_ptr<PendingCall>> calls;
   for (int i = 0; i < 64; ++i) {
     requests.push_back(MakeRequest(700 + i, (i * 7) % 60, 1 + i % 5, model_config));
-    calls.push_back(SendRank(stub.get(), requests.back()));
+    calls.push_back(SendRank(stub, requests.back()));
   }
   const auto give_up = std::chrono::steady_clock::now() + 30s;
   while (Computed(&logs[1]) == warmup[1] && std::chrono::steady_clock::now() < give_up) {
