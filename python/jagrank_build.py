@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 # (proto in the repository, its name inside jagrank_stubs/)
 PROTOS = [(os.path.join("proto", "jagrank", "v1", "ranker.proto"), "ranker.proto"),
-          (os.path.join("tools", "grpc", "health", "v1", "health.proto"), "health.proto")]
+          (os.path.join("proto", "grpc", "health", "v1", "health.proto"), "health.proto")]
 STUBS_PACKAGE = "jagrank_stubs"
 
 
@@ -56,7 +56,7 @@ def generate_stubs(out_dir, protoc="protoc", repo=REPO, python=sys.executable):
         subprocess.run([python, "-m", "grpc_tools.protoc", "--proto_path=" + stage, "--grpc_python_out=" + out_dir]
                        + staged, check=True, cwd=stage, env=env)
         with open(os.path.join(package_dir, "__init__.py"), "w") as f:
-            f.write('"""Generated from proto/jagrank/v1/ranker.proto and tools/grpc/health/v1/health.proto."""\n')
+            f.write('"""Generated from proto/jagrank/v1/ranker.proto and proto/grpc/health/v1/health.proto."""\n')
 
 
 # ---- PEP 517 ---------------------------------------------------------------------------------------------------------

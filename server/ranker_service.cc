@@ -3,6 +3,7 @@
 #include <google/protobuf/arena.h>
 #include <grpc/support/time.h>
 #include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/async_unary_call.h>
@@ -22,6 +23,9 @@ double SecondsSince(Clock::time_point start) {
 }
 
 constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
+constexpr char kGetModelInfoMethod[] = "/jagrank.v1.Ranker/GetModelInfo";
+constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+constexpr char kHealthWatchMethod[] = "/grpc.health.v1.Health/Watch";
 
 // A deadline further away than this counts as none (gRPC caps grpc-timeout
 // at 99999999 hours; such a deadline is past what the clocks represent).
@@ -53,7 +57,10 @@ Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
 // then the call never started and no other event comes).
 class RankerService::RankCall {
  public:
-  enum class Event { kRequested, kRead, kFinished, kDone };
+  enum class Event { kRequested, kRead, kWritten, kFinished, kDone };
+  // What the call is, from its method: Rank, or one of the health
+  // service's (GetModelInfo is answered at once and never read).
+  enum class Kind { kRank, kHealthCheck, kHealthWatch };
   struct Tag {
     RankCall* call;
     Event event;
@@ -107,8 +114,17 @@ class RankerService::RankCall {
   Clock::time_point read_started;
   Tag requested_tag{this, Event::kRequested};
   Tag read_tag{this, Event::kRead};
+  Tag written_tag{this, Event::kWritten};  // a health Watch update written
   Tag finished_tag{this, Event::kFinished};
   Tag done_tag{this, Event::kDone};
+  Kind kind = Kind::kRank;
+  // Health Watch (guarded by the service's health_mu_): the service asked
+  // about, the status last written, a write in flight, and the Finish
+  // started (no more writes).
+  std::string watched_service;
+  int watch_sent = -1;
+  bool watch_writing = false;
+  bool watch_finished = false;
   bool finished = false;  // the finish event came back (or none will come)
   bool done = false;      // the done notification came back
 };
@@ -129,6 +145,7 @@ int64_t RankerService::ReadSlotCount() const {
 
 void RankerService::AddToBuilder(grpc::ServerBuilder* builder) {
   builder->RegisterService(this);
+  builder->RegisterService(&health_service_);
   builder->RegisterAsyncGenericService(&generic_service_);
   free_read_slots_ = ReadSlotCount();
   for (int i = CompletionQueueCount(); i > 0; --i) {
@@ -267,6 +284,16 @@ void RankerService::Poll(Queue* queue) {
           break;
         }
         RequestCall(queue);  // keep kCallsRequestedPerQueue waiting
+        if (call->context.method() == kGetModelInfoMethod) {
+          AnswerModelInfo(call);
+          break;
+        }
+        if (call->context.method() == kHealthCheckMethod || call->context.method() == kHealthWatchMethod) {
+          call->kind = call->context.method() == kHealthCheckMethod ? RankCall::Kind::kHealthCheck
+                                                                    : RankCall::Kind::kHealthWatch;
+          ReadWhenASlotIsFree(call);
+          break;
+        }
         if (call->context.method() != kRankMethod) {
           call->FinishWithStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                                               "unknown method '" + call->context.method().substr(0, 128) + "'"));
@@ -278,7 +305,15 @@ void RankerService::Poll(Queue* queue) {
       case RankCall::Event::kRead: {
         const bool evicted = ReleaseReadSlot(call);
         if (ok) {
-          Handle(call);
+          if (call->kind == RankCall::Kind::kRank) {
+            Handle(call);
+          } else {
+            HandleHealth(call);
+          }
+          break;
+        }
+        if (call->kind != RankCall::Kind::kRank) {  // not counted: the metrics are Rank's
+          call->FinishWithStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"));
           break;
         }
         // No message: evicted to free its slot, cancelled by its client, or
@@ -294,8 +329,11 @@ void RankerService::Poll(Queue* queue) {
         call->FinishWithStatus(ToGrpcStatus(status, ""));
         break;
       }
+      case RankCall::Event::kWritten:
+        OnWatchWritten(call, ok);
+        break;
       case RankCall::Event::kFinished:
-        metrics_->OnResponseSent(SecondsSince(call->reply_started));
+        if (call->kind == RankCall::Kind::kRank) metrics_->OnResponseSent(SecondsSince(call->reply_started));
         replies_pending_.fetch_sub(1, std::memory_order_release);
         call->OnFinished();
         break;
@@ -303,6 +341,7 @@ void RankerService::Poll(Queue* queue) {
         // A call still waiting for a read slot whose client went away gets
         // no read and no answer: it is done here.
         if (ForgetWaiting(call)) call->finished = true;
+        if (call->kind == RankCall::Kind::kHealthWatch) OnWatchDone(call);
         call->OnDone();
         break;
     }
@@ -341,9 +380,13 @@ void RankerService::SetReady(ModelManager* models, Batcher* batcher) {
   models_ = models;
   batcher_ = batcher;
   state_.store(kServing, std::memory_order_release);
+  UpdateWatches();
 }
 
-void RankerService::SetDraining() { state_.store(kDraining, std::memory_order_release); }
+void RankerService::SetDraining() {
+  state_.store(kDraining, std::memory_order_release);
+  UpdateWatches();
+}
 
 Status RankerService::RefuseUnlessServing(int state, Clock::time_point arrival) {
   if (state == kServing) return Status::Ok();
@@ -469,6 +512,120 @@ void RankerService::Handle(RankCall* call) {
   if (!admitted.ok()) call->FinishWithStatus(ToGrpcStatus(admitted, call->request_id()));
 }
 
+int RankerService::HealthStatusOf(const std::string& service) const {
+  using grpc::health::v1::HealthCheckResponse;
+  if (service != "" && service != kRankerServiceName) return HealthCheckResponse::SERVICE_UNKNOWN;
+  return serving() ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+}
+
+void RankerService::HandleHealth(RankCall* call) {
+  grpc::health::v1::HealthCheckRequest request;
+  if (!grpc::SerializationTraits<grpc::health::v1::HealthCheckRequest>::Deserialize(&call->request_bytes, &request)
+           .ok()) {
+    call->FinishWithStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a grpc.health.v1.HealthCheckRequest"));
+    return;
+  }
+  const int status = HealthStatusOf(request.service());
+  if (call->kind == RankCall::Kind::kHealthCheck) {
+    if (status == grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN) {
+      call->FinishWithStatus(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                          "unknown service '" + request.service().substr(0, 128) + "'"));
+      return;
+    }
+    grpc::health::v1::HealthCheckResponse response;
+    response.set_status(static_cast<grpc::health::v1::HealthCheckResponse::ServingStatus>(status));
+    bool own_buffer = false;
+    (void)grpc::SerializationTraits<grpc::health::v1::HealthCheckResponse>::Serialize(response, &call->response_bytes,
+                                                                                       &own_buffer);
+    call->StartReply();
+    call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
+    return;
+  }
+  // Watch: the status now, then every change, until the client leaves or
+  // the server ends the watches (an unknown service stays SERVICE_UNKNOWN).
+  std::lock_guard<std::mutex> lock(health_mu_);
+  call->watched_service = request.service();
+  if (watches_ended_) {
+    FinishWatchLocked(call);
+    return;
+  }
+  watches_.push_back(call);
+  WriteWatchLocked(call);
+}
+
+void RankerService::WriteWatchLocked(RankCall* call) {
+  if (call->watch_writing || call->watch_finished) return;
+  const int status = HealthStatusOf(call->watched_service);
+  if (status == call->watch_sent) return;
+  grpc::health::v1::HealthCheckResponse response;
+  response.set_status(static_cast<grpc::health::v1::HealthCheckResponse::ServingStatus>(status));
+  bool own_buffer = false;
+  (void)grpc::SerializationTraits<grpc::health::v1::HealthCheckResponse>::Serialize(response, &call->response_bytes,
+                                                                                     &own_buffer);
+  call->watch_sent = status;
+  call->watch_writing = true;
+  call->stream.Write(call->response_bytes, &call->written_tag);
+}
+
+void RankerService::FinishWatchLocked(RankCall* call) {
+  call->watch_finished = true;
+  watches_.erase(std::remove(watches_.begin(), watches_.end(), call), watches_.end());
+  call->FinishWithStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down"));
+}
+
+void RankerService::OnWatchWritten(RankCall* call, bool ok) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  call->watch_writing = false;
+  if (call->watch_finished) return;
+  // A failed write (the client went away) or ended watches: finish now; the
+  // status may also have changed while the write was in flight.
+  if (!ok || call->done || watches_ended_) {
+    FinishWatchLocked(call);
+    return;
+  }
+  WriteWatchLocked(call);
+}
+
+void RankerService::OnWatchDone(RankCall* call) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  // Not yet read (or read and refused): not watching, nothing to finish here.
+  if (call->watch_finished || std::find(watches_.begin(), watches_.end(), call) == watches_.end()) return;
+  // With a write in flight its completion finishes the call.
+  if (!call->watch_writing) FinishWatchLocked(call);
+}
+
+void RankerService::UpdateWatches() {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  for (RankCall* call : watches_) WriteWatchLocked(call);
+}
+
+void RankerService::EndWatches() {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  watches_ended_ = true;
+  const std::vector<RankCall*> open = watches_;
+  for (RankCall* call : open) {
+    if (!call->watch_writing) FinishWatchLocked(call);
+  }
+}
+
+void RankerService::AnswerModelInfo(RankCall* call) {
+  if (state_.load(std::memory_order_acquire) == kLoading) {
+    call->FinishWithStatus(ToGrpcStatus(Status::Unavailable("model is still loading"), ""));
+    return;
+  }
+  v1::ModelInfo info;
+  FillModelInfo(&info);
+  bool own_buffer = false;
+  const grpc::Status serialized = grpc::SerializationTraits<v1::ModelInfo>::Serialize(info, &call->response_bytes,
+                                                                                       &own_buffer);
+  if (!serialized.ok()) {
+    call->FinishWithStatus(ToGrpcStatus(Status::Internal("cannot serialise ModelInfo: " + serialized.error_message()), ""));
+    return;
+  }
+  call->StartReply();
+  call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
+}
+
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {
   const std::shared_ptr<const ServedModel> served = models_->Current();
   const Model* model = &served->model();
@@ -485,19 +642,6 @@ void RankerService::FillModelInfo(v1::ModelInfo* response) const {
   response->set_attention_heads(c.attention_heads);
   response->set_item_rows(c.item_rows);
   response->set_weights_bytes(model->Memory().weights_bytes);
-}
-
-grpc::ServerUnaryReactor* RankerService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                      const v1::GetModelInfoRequest* /*request*/,
-                                                      v1::ModelInfo* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (state_.load(std::memory_order_acquire) == kLoading) {
-    reactor->Finish(ToGrpcStatus(Status::Unavailable("model is still loading"), ""));
-    return reactor;
-  }
-  FillModelInfo(response);
-  reactor->Finish(ToGrpcStatus(Status::Ok(), ""));
-  return reactor;
 }
 
 }  // namespace jagrank

@@ -2,7 +2,6 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
@@ -141,7 +140,9 @@ Status JagrankServer::CreateWithModels(const ServerConfig& config, std::vector<s
 Status JagrankServer::Start() {
   service_ = std::make_unique<RankerService>(config_, metrics_);
   stream_service_ = std::make_unique<RankStreamService>(config_, metrics_, service_.get());
-  grpc::EnableDefaultHealthCheckService(true);
+  // Health is RankerService's own (on Rank's queues, see there): gRPC's
+  // default one runs on the callback API.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // gRPC reports a taken port only in its own log, as "No address added":
   // say it in plain words before trying.
@@ -196,7 +197,6 @@ Status JagrankServer::Start() {
   }
   service_->StartPolling();
   stream_service_->StartPolling();
-  SetHealth(false);
   return Status::Ok();
 }
 
@@ -218,7 +218,6 @@ Status JagrankServer::Ready(std::unique_ptr<ModelManager> models) {
   for (auto& executor : executors_) executor->Start();
   service_->SetReady(models_.get(), batcher_.get());
   models_->StartWatching();
-  SetHealth(true);
   return Status::Ok();
 }
 
@@ -230,13 +229,6 @@ void JagrankServer::RequestModelReload() {
     return;
   }
   models_->RequestReload();
-}
-
-void JagrankServer::SetHealth(bool serving) {
-  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(kRankerServiceName, serving);
 }
 
 Status JagrankServer::Drain() {
@@ -255,7 +247,6 @@ Status JagrankServer::Drain() {
   }
   const Clock::time_point start = Clock::now();
   const Clock::time_point give_up = start + std::chrono::milliseconds(config_.drain_timeout_ms);
-  SetHealth(false);
   // No version swaps while draining (a load in progress finishes unused).
   if (models_ != nullptr) models_->StopWatching();
   service_->SetDraining();
@@ -291,12 +282,12 @@ Status JagrankServer::Drain() {
   // rather than a transport-level cancel when the listener closes.
   spdlog::debug("drain: accepted work done after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.drain_linger_ms));
-  // Every Rank answer is written before the listener goes. The calls left
-  // after that are short (a GetModelInfo) or held open by their clients: a
-  // health Watch stream never ends by itself (gRPC's health service ends it
-  // only when destroyed), nor does an idle reflection stream. Shutdown
-  // waits for them only kShutdownGrace, then cancels them; watchers saw
-  // NOT_SERVING when the drain began.
+  // Every Rank answer is written before the listener goes. Health Watch
+  // streams (which saw NOT_SERVING when the drain began) end here. The calls
+  // left after that are short (a GetModelInfo) or held open by their
+  // clients, as an idle reflection stream is: Shutdown waits for them only
+  // kShutdownGrace, then cancels them.
+  service_->EndWatches();
   if (!service_->WaitRepliesSent(give_up)) spdlog::warn("drain: Rank replies still unsent at drain_timeout_ms");
   // Open RankStreams end after their answers are written (every accepted
   // request has its answer by now).

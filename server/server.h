@@ -26,9 +26,6 @@
 
 namespace jagrank {
 
-// The health service names reported SERVING once the server is ready.
-inline constexpr const char* kRankerServiceName = "jagrank.v1.Ranker";
-
 // Reads the model config (config.model_config, or the embedded default),
 // the weights (config.model_weights, or random ones from the config's seed)
 // and builds one instance of the model per executor (ExecutorDevices: each
@@ -77,7 +74,6 @@ class JagrankServer {
   JagrankServer(const ServerConfig& config, ServerMetrics* metrics);
   Status Start();  // listener, NOT_SERVING
   Status Ready(std::unique_ptr<ModelManager> models);  // executor, watching, SERVING
-  void SetHealth(bool serving);
 
   const ServerConfig config_;
   ServerMetrics* const metrics_;
