@@ -32,17 +32,17 @@ double SecondsSince(Clock::time_point start) {
 class RankStreamService::Stream {
  public:
   enum class Event { kRequested, kRead, kWrite, kFinish, kDone };
-  struct Tag {
-    Stream* stream;
-    Event event;
-  };
+  using QueueTag = RankerService::QueueTag;
   struct Reply {
     grpc::ByteBuffer bytes;  // a serialized v1::RankStreamResponse
     Clock::time_point queued;
   };
 
-  explicit Stream(Queue* queue) : queue(queue) { context.AsyncNotifyWhenDone(&done_tag); }
+  Stream(RankStreamService* service, Queue* queue) : service(service), queue(queue) {
+    context.AsyncNotifyWhenDone(&done_tag);
+  }
 
+  RankStreamService* const service;
   Queue* const queue;
   grpc::ServerContext context;
   grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream{&context};
@@ -65,11 +65,11 @@ class RankStreamService::Stream {
   bool done ABSL_GUARDED_BY(mu) = false;        // the done notification came back
   bool freeing ABSL_GUARDED_BY(mu) = false;     // Advance returned true once
 
-  Tag requested_tag{this, Event::kRequested};
-  Tag read_tag{this, Event::kRead};
-  Tag write_tag{this, Event::kWrite};
-  Tag finish_tag{this, Event::kFinish};
-  Tag done_tag{this, Event::kDone};
+  QueueTag requested_tag{this, static_cast<int>(Event::kRequested), &RankStreamService::RunEvent};
+  QueueTag read_tag{this, static_cast<int>(Event::kRead), &RankStreamService::RunEvent};
+  QueueTag write_tag{this, static_cast<int>(Event::kWrite), &RankStreamService::RunEvent};
+  QueueTag finish_tag{this, static_cast<int>(Event::kFinish), &RankStreamService::RunEvent};
+  QueueTag done_tag{this, static_cast<int>(Event::kDone), &RankStreamService::RunEvent};
 
   // Starts an operation unless the queue is shut down (then false, and the
   // caller treats it as failed at once).
@@ -144,44 +144,9 @@ class RankStreamService::Stream {
 RankStreamService::RankStreamService(const ServerConfig& config, ServerMetrics* metrics, RankerService* ranker)
     : config_(config), metrics_(metrics), ranker_(ranker) {}
 
-RankStreamService::~RankStreamService() { StopPolling(); }
-
-int RankStreamService::QueueCount() const {
-  return std::clamp(UsableCores() / 2, 1, 8);
-}
-
-void RankStreamService::AddToBuilder(grpc::ServerBuilder* builder) {
-  for (int i = QueueCount(); i > 0; --i) {
-    auto queue = std::make_unique<Queue>();
-    queue->cq = builder->AddCompletionQueue();
-    queues_.push_back(std::move(queue));
-  }
-}
-
-void RankStreamService::StartPolling() {
-  for (auto& queue : queues_) {
+void RankStreamService::RequestStreams() {
+  for (const auto& queue : ranker_->queues()) {
     for (int i = 0; i < kStreamsRequestedPerQueue; ++i) RequestStream(queue.get());
-    queue->poller = std::thread([this, q = queue.get()] { Poll(q); });
-    pthread_setname_np(queue->poller.native_handle(), "jr-stream-cq");
-  }
-}
-
-void RankStreamService::StopPolling() {
-  if (stopped_) return;
-  stopped_ = true;
-  for (auto& queue : queues_) {
-    {
-      std::lock_guard<std::mutex> lock(queue->mu);
-      queue->shut_down = true;
-    }
-    queue->cq->Shutdown();
-  }
-  for (auto& queue : queues_) {
-    if (queue->poller.joinable()) {
-      queue->poller.join();
-    } else {
-      Poll(queue.get());  // never polled (the server did not start): drain it here
-    }
   }
 }
 
@@ -191,64 +156,64 @@ int64_t RankStreamService::open_streams() const {
 }
 
 void RankStreamService::RequestStream(Queue* queue) {
-  auto stream = std::make_unique<Stream>(queue);
+  auto stream = std::make_unique<Stream>(this, queue);
   std::lock_guard<std::mutex> lock(queue->mu);
   if (queue->shut_down) return;
   Stream* raw = stream.release();  // owned by its events from here on
   ranker_->RequestRankStream(&raw->context, &raw->stream, queue->cq.get(), queue->cq.get(), &raw->requested_tag);
 }
 
-void RankStreamService::Poll(Queue* queue) {
-  void* tag = nullptr;
-  bool ok = false;
-  while (queue->cq->Next(&tag, &ok)) {
-    Stream::Tag* event = static_cast<Stream::Tag*>(tag);
-    Stream* stream = event->stream;
-    if (event->event == Stream::Event::kRequested) {
-      if (!ok) {  // the server is shutting down: the call never started, no other event comes
-        delete stream;
-        continue;
-      }
-      RequestStream(queue);  // keep kStreamsRequestedPerQueue waiting
-      Open(stream);
-      continue;
+void RankStreamService::RunEvent(void* owner, int event, bool ok) {
+  Stream* stream = static_cast<Stream*>(owner);
+  stream->service->OnEvent(stream, event, ok);
+}
+
+void RankStreamService::OnEvent(Stream* stream, int event_number, bool ok) {
+  const Stream::Event event = static_cast<Stream::Event>(event_number);
+  if (event == Stream::Event::kRequested) {
+    if (!ok) {  // the server is shutting down: the call never started, no other event comes
+      delete stream;
+      return;
     }
-    if (event->event == Stream::Event::kRead && ok) {
-      HandleMessage(stream);
-      continue;
-    }
-    bool free = false;
-    {
-      std::lock_guard<std::mutex> lock(stream->mu);
-      switch (event->event) {
-        case Stream::Event::kRead:  // no message: the client half-closed, or the call is gone
-          stream->reading = false;
-          stream->read_closed = true;
-          break;
-        case Stream::Event::kWrite:
-          stream->writing = false;
-          if (!ok) {
-            stream->DropRepliesLocked();
-            break;
-          }
-          metrics_->OnResponseSent(SecondsSince(stream->in_flight.queued));
-          --stream->outstanding;
-          stream->WriteNextLocked();
-          stream->MaybeReadLocked(config_.rank_stream_max_outstanding);
-          break;
-        case Stream::Event::kFinish:
-          stream->finished = true;
-          break;
-        case Stream::Event::kDone:
-          stream->done = true;
-          break;
-        case Stream::Event::kRequested:
-          break;
-      }
-      free = stream->AdvanceLocked();
-    }
-    if (free) Free(stream);
+    RequestStream(stream->queue);  // keep kStreamsRequestedPerQueue waiting
+    Open(stream);
+    return;
   }
+  if (event == Stream::Event::kRead && ok) {
+    HandleMessage(stream);
+    return;
+  }
+  bool free = false;
+  {
+    std::lock_guard<std::mutex> lock(stream->mu);
+    switch (event) {
+      case Stream::Event::kRead:  // no message: the client half-closed, or the call is gone
+        stream->reading = false;
+        stream->read_closed = true;
+        break;
+      case Stream::Event::kWrite:
+        stream->writing = false;
+        if (!ok) {
+          stream->DropRepliesLocked();
+          break;
+        }
+        metrics_->OnResponseSent(SecondsSince(stream->in_flight.queued));
+        --stream->outstanding;
+        stream->WriteNextLocked();
+        stream->MaybeReadLocked(config_.rank_stream_max_outstanding);
+        break;
+      case Stream::Event::kFinish:
+        stream->finished = true;
+        break;
+      case Stream::Event::kDone:
+        stream->done = true;
+        break;
+      case Stream::Event::kRequested:
+        break;
+    }
+    free = stream->AdvanceLocked();
+  }
+  if (free) Free(stream);
 }
 
 void RankStreamService::Open(Stream* stream) {

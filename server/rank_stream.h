@@ -6,8 +6,9 @@
 //
 // Served on gRPC's raw async API (the messages arrive as bytes and are
 // parsed here, so bytes that are not a RankStreamRequest get an error reply
-// and the stream goes on) on QueueCount() completion queues of its own, each
-// polled by its own thread. Each message passes RankerService::Submit, the
+// and the stream goes on) on the RankerService's completion queues, by their
+// polling threads (RankerService::queues(): one set of threads polls for
+// every method). Each message passes RankerService::Submit, the
 // door of a unary Rank call: the same parse-then-admission-then-conversion,
 // the same limits, error messages and metrics. Its answer (scores, or the
 // status a Rank call would have ended with) is written back as a
@@ -57,16 +58,13 @@ class RankStreamService {
   // `config`, `metrics` and `ranker` must outlive the service. `ranker`
   // registers the RankStream method (marked raw there); this class requests
   // its calls and serves them.
+  // Its streams' events come back on the ranker's queues: the ranker's
+  // StopPolling must have run before this is destroyed.
   RankStreamService(const ServerConfig& config, ServerMetrics* metrics, RankerService* ranker);
-  // StopPolling()s. REQUIRES: the grpc::Server is shut down (or was never built).
-  ~RankStreamService();
 
-  // Adds the completion queues RankStream is served on. Call once, before
-  // builder->BuildAndStart().
-  void AddToBuilder(grpc::ServerBuilder* builder);
-  // Requests the first streams on every queue and starts one polling thread
-  // per queue. Call once, after BuildAndStart() succeeded.
-  void StartPolling();
+  // Requests the first streams on every queue of the ranker. Call once,
+  // after BuildAndStart() succeeded (with the ranker's StartPolling).
+  void RequestStreams();
   // The end of a drain: no stream opens from now on, and every open stream
   // stops reading and finishes once its outstanding answers are written
   // (OK when its client had half-closed, otherwise UNAVAILABLE "server is
@@ -76,40 +74,29 @@ class RankStreamService {
   // executors are joined, so that every accepted request has its answer
   // queued. Thread-safe; the drain calls it once.
   bool FinishOpenStreams(Clock::time_point give_up);
-  // Shuts the queues down, drains them (every stream still held is freed as
-  // its last event comes back) and joins the polling threads. REQUIRES:
-  // grpc::Server::Shutdown() has returned (or the server was never built),
-  // and every request handed to the batcher has been finished. Idempotent;
-  // not thread-safe (the server's drain calls it once).
-  void StopPolling();
-
   // Streams open now (accepted and not yet freed). Thread-safe.
   int64_t open_streams() const;
 
-  // Completion queues (= polling threads): half the usable cores, 1 to 8, as for
-  // unary Rank. A stream's messages all arrive on one queue and are parsed
-  // and converted by its thread: on the 16-core GPU host 4 queues held the
+  // A stream's messages all arrive on one queue and are parsed and
+  // converted by its thread: on the 16-core GPU host 4 queues held the
   // production model's streams to ~120k requests/s with p99 past 20 ms from
-  // 512 requests in flight.
-  int QueueCount() const;
+  // 512 requests in flight (the ranker has half the usable cores, 1 to 8).
   // Streams requested ahead of time on each queue.
   static constexpr int kStreamsRequestedPerQueue = 8;
 
  private:
   class Stream;  // one RankStream call: its context, reader-writer, reply queue and events
 
-  struct Queue {
-    std::unique_ptr<grpc::ServerCompletionQueue> cq;
-    std::thread poller;
-    // Held while starting any operation on a stream of `cq` (taken after
-    // the stream's own lock), so that none starts after cq->Shutdown().
-    std::mutex mu;
-    bool shut_down ABSL_GUARDED_BY(mu) = false;
-  };
+  // The ranker's queue; its mu is held while starting any operation on a
+  // stream of it (taken after the stream's own lock), so that none starts
+  // after its Shutdown.
+  using Queue = RankerService::Queue;
 
   // Requests one new stream on `queue` unless it is shut down.
   void RequestStream(Queue* queue);
-  void Poll(Queue* queue);
+  // A Stream's event (Stream::Event) came back on its queue.
+  static void RunEvent(void* owner, int event, bool ok);
+  void OnEvent(Stream* stream, int event, bool ok);
   // A new stream: refused (finished at once) or registered and read.
   void Open(Stream* stream);
   // A message arrived on `stream`: parsed and submitted; its answer queued
@@ -127,11 +114,9 @@ class RankStreamService {
   const ServerConfig& config_;
   ServerMetrics* const metrics_;
   RankerService* const ranker_;
-  std::vector<std::unique_ptr<Queue>> queues_;
   mutable std::mutex streams_mu_;
   std::set<Stream*> open_ ABSL_GUARDED_BY(streams_mu_);  // registered, not yet freed
   bool closing_ ABSL_GUARDED_BY(streams_mu_) = false;    // FinishOpenStreams ran: no stream opens
-  bool stopped_ = false;  // StopPolling ran; touched by the owner's thread only
 };
 
 }  // namespace jagrank

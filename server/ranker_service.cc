@@ -61,11 +61,6 @@ class RankerService::RankCall {
   // What the call is, from its method: Rank, or one of the health
   // service's (GetModelInfo is answered at once and never read).
   enum class Kind { kRank, kHealthCheck, kHealthWatch };
-  struct Tag {
-    RankCall* call;
-    Event event;
-  };
-
   explicit RankCall(Queue* queue) : queue(queue) { context.AsyncNotifyWhenDone(&done_tag); }
 
   // Notes the reply's start (a Finish is called next).
@@ -112,11 +107,11 @@ class RankerService::RankCall {
   bool reading = false;
   bool evicted = false;
   Clock::time_point read_started;
-  Tag requested_tag{this, Event::kRequested};
-  Tag read_tag{this, Event::kRead};
-  Tag written_tag{this, Event::kWritten};  // a health Watch update written
-  Tag finished_tag{this, Event::kFinished};
-  Tag done_tag{this, Event::kDone};
+  QueueTag requested_tag{this, static_cast<int>(Event::kRequested), &RankerService::RunEvent};
+  QueueTag read_tag{this, static_cast<int>(Event::kRead), &RankerService::RunEvent};
+  QueueTag written_tag{this, static_cast<int>(Event::kWritten), &RankerService::RunEvent};  // a health Watch update
+  QueueTag finished_tag{this, static_cast<int>(Event::kFinished), &RankerService::RunEvent};
+  QueueTag done_tag{this, static_cast<int>(Event::kDone), &RankerService::RunEvent};
   Kind kind = Kind::kRank;
   // Health Watch (guarded by the service's health_mu_): the service asked
   // about, the status last written, a write in flight, and the Finish
@@ -152,6 +147,7 @@ void RankerService::AddToBuilder(grpc::ServerBuilder* builder) {
     auto queue = std::make_unique<Queue>();
     queue->cq = builder->AddCompletionQueue();
     queue->replies_pending = &replies_pending_;
+    queue->service = this;
     queues_.push_back(std::move(queue));
   }
 }
@@ -275,76 +271,84 @@ void RankerService::Poll(Queue* queue) {
       MaybeEvict();
       continue;
     }
-    RankCall::Tag* event = static_cast<RankCall::Tag*>(tag);
-    RankCall* call = event->call;
-    switch (event->event) {
-      case RankCall::Event::kRequested:
-        if (!ok) {  // the server is shutting down: the call never started
-          delete call;
-          break;
-        }
-        RequestCall(queue);  // keep kCallsRequestedPerQueue waiting
-        if (call->context.method() == kGetModelInfoMethod) {
-          AnswerModelInfo(call);
-          break;
-        }
-        if (call->context.method() == kHealthCheckMethod || call->context.method() == kHealthWatchMethod) {
-          call->kind = call->context.method() == kHealthCheckMethod ? RankCall::Kind::kHealthCheck
-                                                                    : RankCall::Kind::kHealthWatch;
-          ReadWhenASlotIsFree(call);
-          break;
-        }
-        if (call->context.method() != kRankMethod) {
-          call->FinishWithStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                              "unknown method '" + call->context.method().substr(0, 128) + "'"));
-          break;
-        }
-        if (RefusedBeforeRead(call)) break;
-        ReadWhenASlotIsFree(call);
-        break;
-      case RankCall::Event::kRead: {
-        const bool evicted = ReleaseReadSlot(call);
-        if (ok) {
-          if (call->kind == RankCall::Kind::kRank) {
-            Handle(call);
-          } else {
-            HandleHealth(call);
-          }
-          break;
-        }
-        if (call->kind != RankCall::Kind::kRank) {  // not counted: the metrics are Rank's
-          call->FinishWithStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"));
-          break;
-        }
-        // No message: evicted to free its slot, cancelled by its client, or
-        // the client closed its side without sending one.
-        const Status status =
-            evicted ? Status::ResourceExhausted(
-                          "request message not received within " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kEvictReadAfter).count()) +
-                          " ms while other calls waited to be read")
-                    : Status::InvalidArgument("no request message");
-        metrics_->OnRejected(evicted ? "slow_request" : "invalid_argument");
-        metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(call->read_started));
-        call->FinishWithStatus(ToGrpcStatus(status, ""));
+    QueueTag* event = static_cast<QueueTag*>(tag);
+    event->run(event->owner, event->event, ok);
+  }
+}
+
+void RankerService::RunEvent(void* owner, int event, bool ok) {
+  RankCall* call = static_cast<RankCall*>(owner);
+  call->queue->service->OnEvent(call, event, ok);
+}
+
+void RankerService::OnEvent(RankCall* call, int event, bool ok) {
+  switch (static_cast<RankCall::Event>(event)) {
+    case RankCall::Event::kRequested:
+      if (!ok) {  // the server is shutting down: the call never started
+        delete call;
         break;
       }
-      case RankCall::Event::kWritten:
-        OnWatchWritten(call, ok);
+      RequestCall(call->queue);  // keep kCallsRequestedPerQueue waiting
+      if (call->context.method() == kGetModelInfoMethod) {
+        AnswerModelInfo(call);
         break;
-      case RankCall::Event::kFinished:
-        if (call->kind == RankCall::Kind::kRank) metrics_->OnResponseSent(SecondsSince(call->reply_started));
-        replies_pending_.fetch_sub(1, std::memory_order_release);
-        call->OnFinished();
+      }
+      if (call->context.method() == kHealthCheckMethod || call->context.method() == kHealthWatchMethod) {
+        call->kind = call->context.method() == kHealthCheckMethod ? RankCall::Kind::kHealthCheck
+                                                                  : RankCall::Kind::kHealthWatch;
+        ReadWhenASlotIsFree(call);
         break;
-      case RankCall::Event::kDone:
-        // A call still waiting for a read slot whose client went away gets
-        // no read and no answer: it is done here.
-        if (ForgetWaiting(call)) call->finished = true;
-        if (call->kind == RankCall::Kind::kHealthWatch) OnWatchDone(call);
-        call->OnDone();
+      }
+      if (call->context.method() != kRankMethod) {
+        call->FinishWithStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                            "unknown method '" + call->context.method().substr(0, 128) + "'"));
         break;
+      }
+      if (RefusedBeforeRead(call)) break;
+      ReadWhenASlotIsFree(call);
+      break;
+    case RankCall::Event::kRead: {
+      const bool evicted = ReleaseReadSlot(call);
+      if (ok) {
+        if (call->kind == RankCall::Kind::kRank) {
+          Handle(call);
+        } else {
+          HandleHealth(call);
+        }
+        break;
+      }
+      if (call->kind != RankCall::Kind::kRank) {  // not counted: the metrics are Rank's
+        call->FinishWithStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"));
+        break;
+      }
+      // No message: evicted to free its slot, cancelled by its client, or
+      // the client closed its side without sending one.
+      const Status status =
+          evicted ? Status::ResourceExhausted(
+                        "request message not received within " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kEvictReadAfter).count()) +
+                        " ms while other calls waited to be read")
+                  : Status::InvalidArgument("no request message");
+      metrics_->OnRejected(evicted ? "slow_request" : "invalid_argument");
+      metrics_->OnRequestDone(StatusCodeName(status.code()), 0, SecondsSince(call->read_started));
+      call->FinishWithStatus(ToGrpcStatus(status, ""));
+      break;
     }
+    case RankCall::Event::kWritten:
+      OnWatchWritten(call, ok);
+      break;
+    case RankCall::Event::kFinished:
+      if (call->kind == RankCall::Kind::kRank) metrics_->OnResponseSent(SecondsSince(call->reply_started));
+      replies_pending_.fetch_sub(1, std::memory_order_release);
+      call->OnFinished();
+      break;
+    case RankCall::Event::kDone:
+      // A call still waiting for a read slot whose client went away gets
+      // no read and no answer: it is done here.
+      if (ForgetWaiting(call)) call->finished = true;
+      if (call->kind == RankCall::Kind::kHealthWatch) OnWatchDone(call);
+      call->OnDone();
+      break;
   }
 }
 

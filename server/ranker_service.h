@@ -7,10 +7,9 @@
 // finishes the call when its batch is computed. (On the H200 host, jagged
 // h1024: the callback API peaked at 49.7k QPS at 128 calls in flight and
 // fell to 38.3k at 512; these queues reached 67.3k at 512 with p99 19.5 ms,
-// at about the same server CPU per call.) GetModelInfo is rare and stays on
-// the callback API. RankStream is served on the raw async API by
-// RankStreamService (server/rank_stream.h), on queues of its own; each of
-// its requests passes the same door as a Rank call (Submit).
+// at about the same server CPU per call.) RankStream is served on the raw
+// async API by RankStreamService (server/rank_stream.h), on these same
+// queues; each of its requests passes the same door as a Rank call (Submit).
 #ifndef JAGRANK_SERVER_RANKER_SERVICE_H_
 #define JAGRANK_SERVER_RANKER_SERVICE_H_
 
@@ -155,18 +154,35 @@ class RankerService final
   // take ~35 ms.
   static constexpr std::chrono::milliseconds kEvictReadAfter{100};
 
- private:
-  class RankCall;  // one Rank call: its context, stream, messages and events
-  enum State { kLoading, kServing, kDraining };
-
-  // One queue and what its polling thread owns.
+  // The server's completion queues, each polled by its own thread: every
+  // event of every call (Rank, RankStream, GetModelInfo, health) comes back
+  // on one of them, so one thread per queue does all of gRPC's polling.
+  // (A second set of queues for RankStream, polled by threads of its own,
+  // took part of the connections' polling and handed events over: ~0.06
+  // cores under 3x overload on one core, with no stream open.)
+  // A tag on these queues: the polling thread runs run(owner, event, ok).
+  struct QueueTag {
+    void* owner;
+    int event;
+    void (*run)(void* owner, int event, bool ok);
+  };
   struct Queue {
     std::unique_ptr<grpc::ServerCompletionQueue> cq;
     std::thread poller;
-    std::mutex mu;              // held while requesting a call on `cq`
-    bool shut_down = false;     // guarded by mu; no more requests on `cq`
+    // Held while requesting a call or stream on `cq` (and by RankStream
+    // while starting any operation), so that none starts after Shutdown.
+    std::mutex mu;
+    bool shut_down = false;     // guarded by mu; no more operations on `cq`
+    RankerService* service = nullptr;
     std::atomic<int64_t>* replies_pending = nullptr;  // the service's replies_pending_
   };
+  // Valid from AddToBuilder on. RankStreamService requests its streams on
+  // them, and must outlive StopPolling (its events drain there).
+  const std::vector<std::unique_ptr<Queue>>& queues() const { return queues_; }
+
+ private:
+  class RankCall;  // one Rank call: its context, stream, messages and events
+  enum State { kLoading, kServing, kDraining };
 
   // Requests one new Rank call on `queue` unless it is shut down.
   void RequestCall(Queue* queue);
@@ -184,6 +200,9 @@ class RankerService final
   // Takes `call` off the waiting list; false when it was not on it.
   bool ForgetWaiting(RankCall* call);
   void Poll(Queue* queue);
+  // A RankCall's event (RankCall::Event) came back on its queue.
+  static void RunEvent(void* owner, int event, bool ok);
+  void OnEvent(RankCall* call, int event, bool ok);
   // OK in kServing; otherwise UNAVAILABLE, counted (rejection "not_ready" or
   // "shutting_down").
   Status RefuseUnlessServing(int state, Clock::time_point arrival);

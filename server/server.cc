@@ -155,7 +155,6 @@ Status JagrankServer::Start() {
   // same port and silently take a share of the connections: refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   service_->AddToBuilder(&builder);
-  stream_service_->AddToBuilder(&builder);
   if (config_.grpc_max_concurrent_streams > 0) {
     // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls beyond it wait in the
     // client's channel instead of opening streams here.
@@ -196,7 +195,7 @@ Status JagrankServer::Start() {
     return Status::Unavailable("grpc_address '" + config_.grpc_address + "': cannot listen (gRPC's log says why)");
   }
   service_->StartPolling();
-  stream_service_->StartPolling();
+  stream_service_->RequestStreams();
   return Status::Ok();
 }
 
@@ -240,7 +239,6 @@ Status JagrankServer::Drain() {
     // The start failed before Ready: no request was accepted, nothing to
     // drain or to log.
     grpc_server_->Shutdown(std::chrono::system_clock::now());
-    stream_service_->StopPolling();
     service_->StopPolling();
     grpc_server_->Wait();
     return drain_status_;
@@ -296,9 +294,8 @@ Status JagrankServer::Drain() {
   }
   grpc_server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   spdlog::debug("drain: listener shut down after {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());
-  // Rank's completion queues go after the server (gRPC's order); every call
-  // still held is freed as its queue drains.
-  stream_service_->StopPolling();
+  // The completion queues go after the server (gRPC's order); every call
+  // and stream still held is freed as its queue drains.
   service_->StopPolling();
   grpc_server_->Wait();
   spdlog::info("drained in {:.3f} s", std::chrono::duration<double>(Clock::now() - start).count());

@@ -439,11 +439,10 @@ TEST(ServerStreamLoadingTest, StreamBeforeTheModelIsReadyIsUnavailable) {
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   ranker.AddToBuilder(&builder);
-  streams.AddToBuilder(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
   ranker.StartPolling();
-  streams.StartPolling();
+  streams.RequestStreams();
   {
     auto stub = v1::Ranker::NewStub(
         grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
@@ -455,7 +454,6 @@ TEST(ServerStreamLoadingTest, StreamBeforeTheModelIsReadyIsUnavailable) {
     EXPECT_EQ(stream.answer_count(), 0u);
   }
   server->Shutdown(std::chrono::system_clock::now() + 1s);
-  streams.StopPolling();
   ranker.StopPolling();
   server->Wait();
 }
