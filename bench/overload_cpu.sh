@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Overload on the CPU backend: the closed-loop capacity (32 calls outstanding
 # on 32 connections, the loadgen's default workload and 5 s deadline), then an
-# open loop at 3x that rate for 20 s on 32 connections. Prints the goodput
-# (OK calls/s) against the capacity, the errors by code, the slowest OK call
+# open loop at 3x that rate for 20 s on 32 connections, then the closed loop
+# again. Prints the goodput (OK calls/s) against the capacity (the mean of
+# the two closed loops: on a shared host the capacity drifts by several
+# percent within a minute, so one closed loop before would bias the ratio;
+# both are printed), the errors by code, the slowest OK call
 # and the server's rejections by reason (deadline-aware admission refuses
 # what would not finish in time), and the server's cores by thread in each
 # phase: compute against the rest (refusing calls costs gRPC work).
@@ -48,14 +51,18 @@ capacity=$(python3 -c "import json; print(json.load(open('$out/closed.json'))['q
 rate=$(python3 -c "print(round($capacity * $factor))")
 $load --rate "$rate" --duration-s "$open_s" --warmup-s 2 --json-out "$out/open.json" 2>/dev/null >/dev/null
 thread_cpu $server >"$out/cpu2.json"; t2=$(date +%s.%N)
+$load --concurrency 32 --duration-s 10 --warmup-s 2 --json-out "$out/closed_after.json" 2>/dev/null >/dev/null
 echo "$t0 $t1 $t2" >"$out/times.txt"
 curl -s "127.0.0.1:$mport/metrics" | grep '^jagrank_rejections_total' | grep -v ' 0$' >"$out/rejections.txt" || true
 python3 - "$out" "$capacity" "$rate" <<'PY'
 import json, sys
-out, capacity, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+out, before, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 o = json.load(open(f"{out}/open.json"))
+after = json.load(open(f"{out}/closed_after.json"))["qps"]
+capacity = (before + after) / 2
 timeout_ms = 5000
-print(f"closed loop (32 outstanding, 32 connections): capacity {capacity:.1f} calls/s")
+print(f"closed loop (32 outstanding, 32 connections): capacity {capacity:.1f} calls/s "
+      f"(before the open loop {before:.1f}, after {after:.1f})")
 print(f"open loop {rate:.0f} calls/s ({rate / capacity:.1f}x) for {o['duration_s']:.0f} s: sent {o['sent_per_s']:.1f}/s, "
       f"goodput {o['qps']:.1f} OK/s = {100 * o['qps'] / capacity:.1f}% of capacity")
 print(f"OK latency from the scheduled send: p50 {o['latency_ms']['p50']:.0f} ms, p99 {o['latency_ms']['p99']:.0f} ms, "
