@@ -130,6 +130,7 @@ RankerService::RankerService(const ServerConfig& config, ServerMetrics* metrics)
 RankerService::~RankerService() { StopPolling(); }
 
 int RankerService::CompletionQueueCount() const {
+  if (config_.grpc_polling_threads > 0) return config_.grpc_polling_threads;
   return std::clamp(UsableCores() / 2, 1, 8);
 }
 

@@ -137,9 +137,11 @@ class RankerService final
   // GetModelInfo's answer. REQUIRES: SetReady ran.
   void FillModelInfo(v1::ModelInfo* info) const;
 
-  // Completion queues (= polling threads) Rank is served on: half the usable
-  // cores, 1 to 8 (the executor's own threads need the rest; on the 16-core
-  // H200 host 4 queues served less and 16 no more than these 8).
+  // Completion queues (= polling threads) every call is served on:
+  // grpc_polling_threads, or by default half the usable cores, 1 to 8 (the
+  // executor's own threads need the rest; on the 16-core H200 host 4 queues
+  // served less and 16 no more than these 8, when RankStream and the
+  // callback API still had polling threads of their own).
   int CompletionQueueCount() const;
   // Calls requested ahead of time on each queue, so that a burst of new
   // calls finds requested ones waiting instead of queueing inside gRPC

@@ -242,6 +242,8 @@ const std::vector<Knob>& Knobs() {
            "attention strategy: jagged | padded_flash | padded_dense"),
       Int("cpu_threads", Member(&S::cpu_threads), 0, 4096,
           "CPU backend threads (every kernel, GEMMs included); 0 = the usable cores (affinity, cgroup quota)"),
+      Int("grpc_polling_threads", Member(&S::grpc_polling_threads), 0, 64,
+          "gRPC completion queues, each polled by its own thread, for every call; 0 = half the usable cores, 1 to 8"),
       Int("grpc_max_concurrent_streams", Member(&S::grpc_max_concurrent_streams), 0, 1 << 20,
           "calls open at once per client connection (more wait in the client); 0 = no limit"),
       Text("grpc_channel_args", Member(&S::grpc_channel_args), ChannelArgs,

@@ -47,6 +47,7 @@ struct ServerConfig {
   std::string model_weights;                     // safetensors path; empty = random weights from the config's seed
   std::string attention = "jagged";              // jagged | padded_flash | padded_dense
   int cpu_threads = 0;                           // CPU backend threads; 0 = the usable cores
+  int grpc_polling_threads = 0;                  // gRPC completion queues, one polling thread each; 0 = auto
   int grpc_max_concurrent_streams = 128;         // calls open at once per client connection; 0 = no limit
   std::string grpc_channel_args;                 // further gRPC server channel arguments, "grpc.name=value[,...]"
   int max_candidates_per_request = 1024;         // more -> INVALID_ARGUMENT

@@ -149,6 +149,7 @@ TEST(ServerConfigTest, EachBadValueIsRefusedNamingItsKey) {
       {"attention", "sparse", "must be one of jagged, padded_flash, padded_dense"},
       {"cpu_threads", "-1", "[0, 4096]"},
       {"grpc_max_concurrent_streams", "1048577", "[0, 1048576]"},
+      {"grpc_polling_threads", "65", "[0, 64]"},
       {"grpc_channel_args", "grpc.minimal_stack=1", "receive-size cap"},
       {"grpc_channel_args", "grpc.max_concurrent_streams=4", "set it with grpc_max_concurrent_streams"},
       {"grpc_channel_args", "minimal_stack=1", "names start with 'grpc.'"},

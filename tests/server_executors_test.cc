@@ -182,7 +182,10 @@ TEST(ServerExecutorsTest, InstancesPerDeviceAndADeviceListBuildTwoExecutors) {
 // computed batches) and every answer equals the CPU model's, in fp32.
 TEST(ServerExecutorsTest, TwoInstancesOnOneGpu) {
   if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
-  const ModelConfig model_config = server_test::SmallModelConfig();
+  // The small model with a head dim the CUDA attention supports (32).
+  ModelConfig model_config = server_test::SmallModelConfig();
+  model_config.embedding_dim = 64;
+  model_config.bottom_mlp = {64, 64};
   std::unique_ptr<Model> oracle = server_test::MakeCpuModel(model_config);
   ServerConfig config = TestConfig();
   config.device = "cuda:0";

@@ -205,6 +205,23 @@ TEST_F(ServerGrpcTest, CompletionQueueCountIsHalfTheCores) {
   }
 }
 
+// grpc_polling_threads sets the queue count: 3 queues, 3 polling threads,
+// and calls spread over them are all answered.
+TEST_F(ServerGrpcTest, PollingThreadsAsConfigured) {
+  StartServer([](ServerConfig* c) { c->grpc_polling_threads = 3; });
+  EXPECT_EQ(ThreadsNamed("jr-rank-cq"), 3);
+  std::vector<v1::RankRequest> requests;
+  std::vector<std::unique_ptr<PendingCall>> calls;
+  for (int i = 0; i < 9; ++i) {
+    requests.push_back(MakeRequest(90 + i, 3, 2 + i % 4, model_config_));
+    calls.push_back(SendRank(stub_.get(), requests.back()));
+  }
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_TRUE(calls[i]->Wait(20s));
+    ExpectMatchesOracle(requests[i], *calls[i]);
+  }
+}
+
 // grpc_max_concurrent_streams caps the calls one connection has open: with
 // 1, a second call on the same channel waits in the client while the first
 // is held in the model, so it is never staged; it runs once the first ends.
