@@ -80,7 +80,7 @@ class RankStreamService {
   // A stream's messages all arrive on one queue and are parsed and
   // converted by its thread: on the 16-core GPU host 4 queues held the
   // production model's streams to ~120k requests/s with p99 past 20 ms from
-  // 512 requests in flight (the ranker has half the usable cores, 1 to 8).
+  // 512 requests in flight (the ranker has grpc_polling_threads queues).
   // Streams requested ahead of time on each queue.
   static constexpr int kStreamsRequestedPerQueue = 8;
 

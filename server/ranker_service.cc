@@ -3,7 +3,6 @@
 #include <google/protobuf/arena.h>
 #include <grpc/support/time.h>
 #include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/async_unary_call.h>
@@ -26,6 +25,12 @@ constexpr char kRankMethod[] = "/jagrank.v1.Ranker/Rank";
 constexpr char kGetModelInfoMethod[] = "/jagrank.v1.Ranker/GetModelInfo";
 constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
 constexpr char kHealthWatchMethod[] = "/grpc.health.v1.Health/Watch";
+
+grpc::health::v1::HealthCheckResponse HealthResponse(int status) {
+  grpc::health::v1::HealthCheckResponse response;
+  response.set_status(static_cast<grpc::health::v1::HealthCheckResponse::ServingStatus>(status));
+  return response;
+}
 
 // A deadline further away than this counts as none (gRPC caps grpc-timeout
 // at 99999999 hours; such a deadline is past what the clocks represent).
@@ -72,6 +77,21 @@ class RankerService::RankCall {
   void FinishWithStatus(const grpc::Status& status) {
     StartReply();
     stream.Finish(status, &finished_tag);
+  }
+  // Answers OK with `message` (serialised into response_bytes), or INTERNAL
+  // naming `what` when it cannot be serialised.
+  template <typename Message>
+  void FinishWithMessage(const Message& message, const char* what) {
+    bool own_buffer = false;
+    const grpc::Status serialized = grpc::SerializationTraits<Message>::Serialize(message, &response_bytes, &own_buffer);
+    if (!serialized.ok()) {
+      FinishWithStatus(ToGrpcStatus(
+          Status::Internal(std::string("cannot serialise ") + what + ": " + serialized.error_message()),
+          request_id()));
+      return;
+    }
+    StartReply();
+    stream.WriteAndFinish(response_bytes, grpc::WriteOptions(), grpc::Status::OK, &finished_tag);
   }
 
   // The last event (of finish and done) frees the call.
@@ -502,16 +522,7 @@ void RankerService::Handle(RankCall* call) {
     }
     auto* response = google::protobuf::Arena::CreateMessage<v1::RankResponse>(&call->arena);
     FillRankResponse(call->request_id(), version, scores, count, response);
-    bool own_buffer = false;
-    const grpc::Status serialized =
-        grpc::SerializationTraits<v1::RankResponse>::Serialize(*response, &call->response_bytes, &own_buffer);
-    if (!serialized.ok()) {
-      call->FinishWithStatus(ToGrpcStatus(
-          Status::Internal("cannot serialise the response: " + serialized.error_message()), call->request_id()));
-      return;
-    }
-    call->StartReply();
-    call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
+    call->FinishWithMessage(*response, "the response");
   };
   const Status admitted = Submit(parsed, *call->request, std::move(queued));
   if (!admitted.ok()) call->FinishWithStatus(ToGrpcStatus(admitted, call->request_id()));
@@ -537,13 +548,7 @@ void RankerService::HandleHealth(RankCall* call) {
                                           "unknown service '" + request.service().substr(0, 128) + "'"));
       return;
     }
-    grpc::health::v1::HealthCheckResponse response;
-    response.set_status(static_cast<grpc::health::v1::HealthCheckResponse::ServingStatus>(status));
-    bool own_buffer = false;
-    (void)grpc::SerializationTraits<grpc::health::v1::HealthCheckResponse>::Serialize(response, &call->response_bytes,
-                                                                                       &own_buffer);
-    call->StartReply();
-    call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
+    call->FinishWithMessage(HealthResponse(status), "the HealthCheckResponse");
     return;
   }
   // Watch: the status now, then every change, until the client leaves or
@@ -562,11 +567,13 @@ void RankerService::WriteWatchLocked(RankCall* call) {
   if (call->watch_writing || call->watch_finished) return;
   const int status = HealthStatusOf(call->watched_service);
   if (status == call->watch_sent) return;
-  grpc::health::v1::HealthCheckResponse response;
-  response.set_status(static_cast<grpc::health::v1::HealthCheckResponse::ServingStatus>(status));
   bool own_buffer = false;
-  (void)grpc::SerializationTraits<grpc::health::v1::HealthCheckResponse>::Serialize(response, &call->response_bytes,
-                                                                                     &own_buffer);
+  if (!grpc::SerializationTraits<grpc::health::v1::HealthCheckResponse>::Serialize(HealthResponse(status),
+                                                                                    &call->response_bytes, &own_buffer)
+           .ok()) {
+    FinishWatchLocked(call);
+    return;
+  }
   call->watch_sent = status;
   call->watch_writing = true;
   call->stream.Write(call->response_bytes, &call->written_tag);
@@ -620,15 +627,7 @@ void RankerService::AnswerModelInfo(RankCall* call) {
   }
   v1::ModelInfo info;
   FillModelInfo(&info);
-  bool own_buffer = false;
-  const grpc::Status serialized = grpc::SerializationTraits<v1::ModelInfo>::Serialize(info, &call->response_bytes,
-                                                                                       &own_buffer);
-  if (!serialized.ok()) {
-    call->FinishWithStatus(ToGrpcStatus(Status::Internal("cannot serialise ModelInfo: " + serialized.error_message()), ""));
-    return;
-  }
-  call->StartReply();
-  call->stream.WriteAndFinish(call->response_bytes, grpc::WriteOptions(), grpc::Status::OK, &call->finished_tag);
+  call->FinishWithMessage(info, "ModelInfo");
 }
 
 void RankerService::FillModelInfo(v1::ModelInfo* response) const {
