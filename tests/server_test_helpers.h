@@ -223,6 +223,13 @@ class CountingMetrics final : public ServerMetrics {
     std::lock_guard<std::mutex> lock(mu_);
     return done_[code];
   }
+  // Every status code counted so far, as "CODE=n ..." (for failure messages).
+  std::string done_codes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (const auto& [code, n] : done_) out += code + "=" + std::to_string(n) + " ";
+    return out;
+  }
 
  private:
   std::mutex mu_;
