@@ -19,7 +19,11 @@
 // CudaPaddedDense below. Stage(a) and Run(b) share only the device, the
 // weights (read-only) and the copy stream handle: Stage touches slots_[a] and
 // copy_stream_, Run touches slots_[b] and the compute-side members (stream_,
-// pool_, live_, host_scores_, the D2H events).
+// pool_, live_). Launch(b) queues the pass and the scores' D2H copy into
+// slots_[b].scores on the compute stream and returns; Wait(b) waits for
+// slots_[b].d2h_done. The pass's workspace goes back to the pool at the end
+// of Launch (stream-ordered frees: the next pass on the stream reuses it
+// only after this one), so two launched batches take no more memory than one.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -63,7 +67,12 @@ struct StageSlot {
   DeviceBuffer dev;
   CudaEvent copy_start;  // recorded on the copy stream around the H2D copy
   CudaEvent copy_done;
-  bool staged = false;  // a batch is staged and its Run has not started
+  bool staged = false;    // a batch is staged and not yet launched
+  bool launched = false;  // launched and not yet waited for
+  // The launched batch's scores: copied here by the compute stream (D2H,
+  // between the two events) and handed out by Wait.
+  PinnedBuffer scores;
+  CudaEvent d2h_start, d2h_done;
 
   // The staged batch: sizes, lengths and where each array sits in host/dev.
   int num_requests = 0, num_candidates = 0, num_history_tokens = 0;
@@ -173,6 +182,9 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   Status Forward(const Batch& batch, std::vector<float>* scores) override;
   Status Stage(const Batch& batch, int slot) override;
   Status Run(int slot, std::vector<float>* scores, ForwardTimings* timings) override;
+  Status Launch(int slot) override;
+  Status Wait(int slot, std::vector<float>* scores, ForwardTimings* timings) override;
+  bool AsyncLaunch() const override { return true; }
   const ModelConfig& config() const override { return config_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
   AttentionStrategy attention() const override { return options_.attention; }
@@ -224,7 +236,8 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   Status FromAttn(const void* src, int64_t count, float** out);
   void FreeBatchWorkspace();
   Status PackAndCopy(const Batch& batch, StageSlot* slot);
-  Status RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings);
+  // Queues the pass over `slot` and the scores' D2H copy on stream_.
+  Status LaunchStaged(StageSlot* slot);
   // layers over x [m, in] of `dtype` (weights of that dtype); every output
   // in `dtype` but the last layer's, in last_dtype.
   Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const void* x, int m, DType dtype,
@@ -262,8 +275,6 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   DeviceBuffer linear_workspace_;  // cuBLASLt's, used on stream_ only
   CudaMemPool pool_;
   StageSlot slots_[kStageSlots];
-  PinnedBuffer host_scores_;  // [C]
-  CudaEvent d2h_start_, d2h_done_;  // around the scores' D2H copy
   CudaStream stream_;       // compute stream (Run)
   CudaStream copy_stream_;  // H2D copies of staged batches (Stage)
   int64_t weights_bytes_ = 0;
@@ -346,9 +357,9 @@ Status CudaModel::Init(const ModelWeights& w) {
   for (StageSlot& slot : slots_) {
     RETURN_IF_ERROR(slot.copy_start.Create());
     RETURN_IF_ERROR(slot.copy_done.Create());
+    RETURN_IF_ERROR(slot.d2h_start.Create());
+    RETURN_IF_ERROR(slot.d2h_done.Create());
   }
-  RETURN_IF_ERROR(d2h_start_.Create());
-  RETURN_IF_ERROR(d2h_done_.Create());
   RETURN_IF_ERROR(pool_.Create(device_));
   RETURN_IF_ERROR(linear_workspace_.Reserve(kLinearWorkspaceBytes));
 
@@ -593,28 +604,62 @@ Status CudaModel::PackAndCopy(const Batch& batch, StageSlot* slot) {
 }
 
 Status CudaModel::Run(int slot_index, std::vector<float>* scores, ForwardTimings* timings) {
+  RETURN_IF_ERROR(Launch(slot_index));
+  return Wait(slot_index, scores, timings);
+}
+
+Status CudaModel::Launch(int slot_index) {
+  RETURN_IF_ERROR(CheckSlot(slot_index));
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
+  StageSlot& slot = slots_[slot_index];
+  if (!slot.staged) {
+    return Status::Internal("Launch(slot = " + std::to_string(slot_index) + "): no batch is staged in this slot");
+  }
+  slot.staged = false;
+  const Status s = LaunchStaged(&slot);
+  if (live_bytes_ > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(live_bytes_);
+  FreeBatchWorkspace();
+  if (!s.ok()) {
+    // Leave nothing in flight that reads the slot's buffers (the next
+    // Stage(slot) may overwrite them as soon as this returns).
+    cudaStreamSynchronize(stream_.get());
+    return s;
+  }
+  slot.launched = true;
+  return Status::Ok();
+}
+
+Status CudaModel::Wait(int slot_index, std::vector<float>* scores, ForwardTimings* timings) {
   RETURN_IF_ERROR(CheckSlot(slot_index));
   if (timings != nullptr) *timings = ForwardTimings();
   RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
   StageSlot& slot = slots_[slot_index];
-  if (!slot.staged) {
-    return Status::Internal("Run(slot = " + std::to_string(slot_index) + "): no batch is staged in this slot");
+  if (!slot.launched) {
+    return Status::Internal("Wait(slot = " + std::to_string(slot_index) + "): nothing is launched in this slot");
   }
-  slot.staged = false;
-  Status s = RunStaged(slot, scores, timings);
-  if (live_bytes_ > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(live_bytes_);
-  FreeBatchWorkspace();
-  // Leave nothing in flight that reads the slot's buffers (the next
-  // Stage(slot) may overwrite them as soon as this returns).
-  if (!s.ok()) cudaStreamSynchronize(stream_.get());
-  return s;
-}
-
-Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, ForwardTimings* timings) {
+  slot.launched = false;
   const int C = slot.num_candidates;
   scores->assign(C, 0.0f);
   if (slot.num_requests == 0 || C == 0) return Status::Ok();
-  RETURN_IF_ERROR(host_scores_.Reserve(size_t(C) * sizeof(float)));
+  // d2h_done is the batch's last work on the stream: its scores, and every
+  // read of the slot's buffers, are done once it is.
+  RETURN_IF_CUDA_ERROR(cudaEventSynchronize(slot.d2h_done.get()));
+  std::memcpy(scores->data(), slot.scores.data(), size_t(C) * sizeof(float));
+  if (timings != nullptr) {
+    float ms = 0;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, slot.copy_start.get(), slot.copy_done.get()));
+    timings->h2d_seconds = ms * 1e-3;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, slot.d2h_start.get(), slot.d2h_done.get()));
+    timings->d2h_seconds = ms * 1e-3;
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::LaunchStaged(StageSlot* slot_ptr) {
+  const StageSlot& slot = *slot_ptr;
+  const int C = slot.num_candidates;
+  if (slot.num_requests == 0 || C == 0) return Status::Ok();
+  RETURN_IF_ERROR(slot_ptr->scores.Reserve(size_t(C) * sizeof(float)));
 
   CudaPass pass;
   pass.slot = &slot;
@@ -638,21 +683,10 @@ Status CudaModel::RunStaged(const StageSlot& slot, std::vector<float>* scores, F
   RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream_.get(), slot.copy_done.get(), 0));
   RETURN_IF_ERROR(RunForward<CudaPass>(this, attention_.get(), &pass));
 
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_start_.get(), stream_.get()));
-  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_scores_.data(), pass.logits, size_t(C) * sizeof(float),
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(slot.d2h_start.get(), stream_.get()));
+  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(slot.scores.data(), pass.logits, size_t(C) * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream_.get()));
-  RETURN_IF_CUDA_ERROR(cudaEventRecord(d2h_done_.get(), stream_.get()));
-  // d2h_done_ is the stream's last work, so waiting for the stream covers the whole batch.
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_.get()));
-  std::memcpy(scores->data(), host_scores_.data(), size_t(C) * sizeof(float));
-  if (timings != nullptr) {
-    // Both copies are complete: the stream waited for copy_done and was synchronised.
-    float ms = 0;
-    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, slot.copy_start.get(), slot.copy_done.get()));
-    timings->h2d_seconds = ms * 1e-3;
-    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, d2h_start_.get(), d2h_done_.get()));
-    timings->d2h_seconds = ms * 1e-3;
-  }
+  RETURN_IF_CUDA_ERROR(cudaEventRecord(slot.d2h_done.get(), stream_.get()));
   return Status::Ok();
 }
 

@@ -65,6 +65,21 @@ Status Model::Run(int slot, std::vector<float>* scores, ForwardTimings* timings)
   return Forward(*batch, scores);
 }
 
+Status Model::Launch(int slot) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  launched_[slot] = true;  // Run, in Wait, says whether a batch is staged
+  return Status::Ok();
+}
+
+Status Model::Wait(int slot, std::vector<float>* scores, ForwardTimings* timings) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  if (!launched_[slot]) {
+    return Status::Internal("Wait(slot = " + std::to_string(slot) + "): nothing is launched in this slot");
+  }
+  launched_[slot] = false;
+  return Run(slot, scores, timings);
+}
+
 Status Model::Create(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,
                      std::unique_ptr<Model>* out) {
   RETURN_IF_ERROR(ValidateModelConfig(config));

@@ -12,6 +12,14 @@
 //   RETURN_IF_ERROR(model->Run(0, &scores_a, &timings));  // thread 2, while
 //   RETURN_IF_ERROR(model->Stage(batch_b, 1));  // thread 1 copies the next
 //
+// Run is Launch then Wait. Split, the next batch is queued on the device
+// before the current one is waited for, so the device never idles between
+// two batches (AsyncLaunch() says whether Launch returns before the batch
+// is computed):
+//
+//   RETURN_IF_ERROR(model->Launch(1));               // batch_b queued behind batch_a
+//   RETURN_IF_ERROR(model->Wait(0, &scores_a, &timings));
+//
 // Backends: "cpu" (float32, OpenBLAS + the CPU kernels; the weights are used
 // in place, e.g. straight from the mmap'ed safetensors file; Stage only
 // remembers the batch, Run computes it) and "cuda:N" (weights uploaded once
@@ -26,9 +34,10 @@
 // own per-backend workspace, streams and handles). Exactly this concurrency
 // is allowed: Stage(batch, a) on one thread while Run(b) or Stage(other, b)
 // runs on another, for slots a != b. Calls on one slot must be ordered by the
-// caller (Stage(s) happens-before Run(s) happens-before the next Stage(s)),
-// at most one Run runs at a time, and Forward (which uses slot 0) must not
-// overlap any other call. The accessors and Memory() may be called from any thread.
+// caller (Stage(s) happens-before Run(s) happens-before the next Stage(s);
+// with the split form, Stage(s) before Launch(s) before Wait(s) before the
+// next Stage(s)), Run, Launch and Wait are called from one thread at a time,
+// and Forward (which uses slot 0) must not overlap any other call. The accessors and Memory() may be called from any thread.
 #ifndef JAGRANK_MODEL_MODEL_H_
 #define JAGRANK_MODEL_MODEL_H_
 
@@ -110,7 +119,8 @@ class Model {
   // First phase of a forward pass: checks `batch` and starts moving it to the
   // device into staging slot `slot` (0 <= slot < kStageSlots); returns
   // without waiting for the copy. Waits first until the previous use of
-  // `slot` is finished (its copy done; its Run has returned by contract).
+  // `slot` is finished (its copy done; its Run or Wait has returned by
+  // contract).
   // Staging a slot again before its Run discards the earlier batch.
   // REQUIRES: `batch` stays alive and unchanged until Run(slot) returns or
   // the slot is staged again (the CPU backend computes from it in Run).
@@ -123,6 +133,19 @@ class Model {
   // nothing computed) when nothing is staged in `slot`, e.g. after a failed
   // Stage.
   virtual Status Run(int slot, std::vector<float>* scores, ForwardTimings* timings);
+
+  // Run in two halves. Launch(slot) starts the batch staged in `slot`;
+  // Wait(slot, ...) waits for it and is then what Run is (scores, timings,
+  // the slot freed). Both slots may be launched at once; they are waited
+  // for in launch order. A Launch that fails leaves nothing in flight and
+  // the slot free (no Wait). The defaults compute in Wait (it calls Run);
+  // the CUDA backend queues the whole
+  // pass and the scores' copy on its stream in Launch.
+  virtual Status Launch(int slot);
+  virtual Status Wait(int slot, std::vector<float>* scores, ForwardTimings* timings);
+  // True when Launch returns before the batch is computed (then launching
+  // the next batch before waiting for this one keeps the device busy).
+  virtual bool AsyncLaunch() const { return false; }
 
   virtual const ModelConfig& config() const = 0;
   virtual std::string device() const = 0;          // "cpu", "cuda:0"
@@ -140,6 +163,7 @@ class Model {
 
  private:
   const Batch* staged_[kStageSlots] = {};  // the default Stage/Run; slot s touched only by calls on s
+  bool launched_[kStageSlots] = {};        // the default Launch/Wait; the same
 };
 
 }  // namespace jagrank

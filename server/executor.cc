@@ -158,30 +158,47 @@ void Executor::AssembleLoop() {
 }
 
 void Executor::ComputeLoop() {
+  // A batch launched and not yet waited for. On a model whose Launch is
+  // asynchronous (CUDA) the next batch, when it is ready, is launched before
+  // this one is waited for: the device then goes from one batch to the next
+  // without waiting for this thread to wake up, answer and launch again.
+  // With a batch in flight the thread never waits for the next one: when
+  // none is ready, it waits for the one in flight at once. On the CPU backend Launch computes nothing, so a batch
+  // is launched and waited for before the next is taken, as one Run.
+  std::unique_ptr<Work> in_flight;
+  Clock::time_point previous_done = Clock::time_point::min();
   for (;;) {
-    std::unique_ptr<Work> work;
+    std::unique_ptr<Work> next;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      compute_cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
-      if (ready_ == nullptr) break;  // assembly finished and nothing is left
-      work = std::move(ready_);
-      // Nothing is staged behind this batch now: with dispatch_when_idle the
-      // batcher closes the next one at once, to be staged while this one
-      // runs. Set under mu_ so it cannot cross the assembly thread's update.
-      batcher_->SetExecutorHasBatchWaiting(false);
-      assembly_cv_.notify_one();  // the assembly thread may hand over the next batch
+      if (in_flight == nullptr) compute_cv_.wait(lock, [&] { return ready_ != nullptr || assembly_done_; });
+      const bool take = in_flight == nullptr || ModelOf(*in_flight)->AsyncLaunch();
+      if (take && ready_ != nullptr) {
+        next = std::move(ready_);
+        // Nothing is staged behind this batch now: with dispatch_when_idle
+        // the batcher closes the next one at once, to be staged while this
+        // one runs. Set under mu_ so it cannot cross the assembly thread's update.
+        batcher_->SetExecutorHasBatchWaiting(false);
+        assembly_cv_.notify_one();  // the assembly thread may hand over the next batch
+      } else if (in_flight == nullptr) {
+        break;  // assembly finished and nothing is left
+      }
     }
-    const bool answer = Compute(work.get());
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!answer) {
-      work->requests.clear();
-      work->served.reset();
-      spares_.push_back(std::move(work));
-      continue;
+    if (next != nullptr && !Launch(next.get())) {
+      std::lock_guard<std::mutex> lock(mu_);
+      next->requests.clear();
+      next->served.reset();
+      spares_.push_back(std::move(next));
     }
-    compute_cv_.wait(lock, [&] { return computed_.size() < kMaxComputedBatches; });
-    computed_.push_back(std::move(work));
-    completion_cv_.notify_one();
+    if (in_flight != nullptr) {
+      Finish(in_flight.get(), previous_done);
+      previous_done = Clock::now();
+      std::unique_lock<std::mutex> lock(mu_);
+      compute_cv_.wait(lock, [&] { return computed_.size() < kMaxComputedBatches; });
+      computed_.push_back(std::move(in_flight));
+      completion_cv_.notify_one();
+    }
+    in_flight = std::move(next);
   }
   std::lock_guard<std::mutex> lock(mu_);
   compute_done_ = true;
@@ -230,7 +247,7 @@ void Executor::CompleteLoop() {
   }
 }
 
-bool Executor::Compute(Work* work) {
+bool Executor::Launch(Work* work) {
   // A request may have expired while its batch waited for this thread: drop
   // it now and rebuild the batch without it, so that it is never computed.
   const Clock::time_point now = Clock::now();
@@ -256,13 +273,25 @@ bool Executor::Compute(Work* work) {
     Stage(work);
   }
 
-  const Clock::time_point start = Clock::now();
+  work->launched_at = Clock::now();
   for (const auto& r : work->requests) {
-    metrics_->OnQueueLatency(std::chrono::duration<double>(start - r->arrival).count());
+    metrics_->OnQueueLatency(std::chrono::duration<double>(work->launched_at - r->arrival).count());
   }
   work->timings = ForwardTimings();
-  if (work->status.ok()) work->status = ModelOf(*work)->Run(work->slot, &work->scores, &work->timings);
-  const double compute_seconds = SecondsSince(start);
+  work->launched = false;
+  if (work->status.ok()) {
+    work->status = ModelOf(*work)->Launch(work->slot);
+    work->launched = work->status.ok();
+  }
+  return true;
+}
+
+void Executor::Finish(Work* work, Clock::time_point previous_done) {
+  if (work->launched) work->status = ModelOf(*work)->Wait(work->slot, &work->scores, &work->timings);
+  work->launched = false;
+  // The batch's own share of the device: from its launch, or from the end
+  // of the batch before it when the two were queued together.
+  const double compute_seconds = SecondsSince(std::max(work->launched_at, previous_done));
   ReleaseSlot(work);
   if (work->status.ok() && static_cast<int64_t>(work->scores.size()) != work->batch.num_candidates()) {
     work->status = Status::Internal("model returned " + std::to_string(work->scores.size()) + " scores for " +
@@ -281,7 +310,6 @@ bool Executor::Compute(Work* work) {
   // sees its batch in the metrics.
   metrics_->OnBatch(stats);
   if (work->status.ok()) batcher_->RecordBatch(stats.requests, compute_seconds);
-  return true;
 }
 
 void Executor::Complete(Work* work, size_t begin, size_t end) {

@@ -2,8 +2,10 @@
 // closes, as a three-stage pipeline of threads: the assembly thread pulls the
 // next batch from the batcher, builds its jagged Batch and stages it on the
 // device (Model::Stage: pinned packing + async H2D copy into one of the
-// model's kStageSlots slots, alternating), the compute thread runs
-// Model::Run on the staged slot, and kCompletionThreads completion threads
+// model's kStageSlots slots, alternating), the compute thread launches the
+// staged slot (Model::Launch; on CUDA the next batch is queued on the
+// device before the previous one is waited for) and waits for it
+// (Model::Wait), and kCompletionThreads completion threads
 // each take a computed batch, split its scores back to the requests and
 // finish them (response serialisation and the gRPC write). While one batch
 // computes, the next is assembled and copied and the previous ones answered,
@@ -12,11 +14,12 @@
 // pass and kept the GPU idle; with one completion thread that thread was
 // the busiest of the server, ~0.87 cores at ~34k requests/s, and bounded QPS.)
 //
-// Slots: a Work holds its staging slot from Stage until its Run returns (or
+// Slots: a Work holds its staging slot from Stage until its Wait returns (or
 // until the compute thread drops all its requests); slot_busy_ says which
 // slots are held, and the assembly thread waits for its next slot to be
-// released before staging into it. So Stage(s) and Run(s) of one slot never
-// overlap, and Stage(a) overlaps only Run(b != a), as Model requires.
+// released before staging into it. So a slot is staged again only after its
+// batch was waited for, and Stage(a) overlaps only the launch or wait of
+// b != a, as Model requires.
 //
 // Model versions: the assembly thread reads ModelManager::Current() once per
 // batch, and the batch's Work holds that ServedModel until its requests are
@@ -24,8 +27,9 @@
 // version, and a replaced version is freed after its last batch. Slots are
 // counted across versions (slot_busy_ is per index, whatever the model), so
 // the batch staged on a new version while the last one of the old version
-// runs uses the other slot index: Stage(new, a) overlaps only Run(old, b != a),
-// and at most one Run runs at any time, as with one model. Requests converted
+// runs uses the other slot index: Stage(new, a) overlaps only the old
+// version's batch in slot b != a, and at most two batches are launched at
+// any time, as with one model. Requests converted
 // for another request contract than the batch's version (the version changed
 // what a RankRequest means while they were queued) are answered UNAVAILABLE,
 // never computed.
@@ -61,7 +65,7 @@ class Executor {
  public:
   // Computes on instance `instance` (0 <= instance < models->instances()) of
   // every version. `models`, `batcher` and `metrics` must outlive the
-  // executor. Model::Run is only ever called from the compute thread;
+  // executor. Model::Launch and Wait are only ever called from the compute thread;
   // Model::Stage from the assembly thread, or from the compute thread when
   // it re-stages a batch whose requests partly expired (same slot and
   // model, which that Work holds).
@@ -80,10 +84,12 @@ class Executor {
     Batch batch;
     int64_t padded_history_tokens = 0;
     double assemble_seconds = 0;  // building `batch` plus Stage's host time (pinned packing, copy issue)
-    int slot = -1;                // staging slot held from Stage to the end of Run; -1 = none
-    Status status;                // of Stage, then of Run
+    int slot = -1;                // staging slot held from Stage to the end of Wait; -1 = none
+    Status status;                // of Stage, then of Launch and Wait
+    bool launched = false;        // Launch succeeded, Wait not yet called
+    Clock::time_point launched_at;
     std::vector<float> scores;    // [C] when status is OK
-    ForwardTimings timings;       // of Run
+    ForwardTimings timings;       // of Wait
     size_t claimed = 0;   // requests handed to completion threads so far; guarded by mu_
     size_t answered = 0;  // requests finished so far; guarded by mu_
   };
@@ -103,9 +109,13 @@ class Executor {
   void CompleteLoop();
   void Assemble(Work* work);
   void Stage(Work* work);  // REQUIRES: work holds work->slot
-  // Drops expired requests (re-assembling and re-staging the rest), runs the
-  // staged batch and releases the slot; false when nothing is left to answer.
-  bool Compute(Work* work);
+  // Drops expired requests (re-assembling and re-staging the rest) and
+  // launches the staged batch; false (slot released) when nothing is left
+  // to answer.
+  bool Launch(Work* work);
+  // Waits for a launched batch, releases its slot and reports it;
+  // `previous_done` is when the batch launched before it was finished.
+  void Finish(Work* work, Clock::time_point previous_done);
   void ReleaseSlot(Work* work);
   // Finishes requests [begin, end) of `work`. A request whose scores are not
   // all finite gets INVALID_ARGUMENT (counted as rejection

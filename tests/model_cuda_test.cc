@@ -182,7 +182,8 @@ TEST_F(ModelCudaTest, OtherHeadDimsAndEdgeBatches) {
 
 // The executor's pipeline: a second thread stages batch i + 1 (pinned
 // packing, async H2D copy on the copy stream) into the other slot while this
-// thread runs batch i. Every Run must return its own batch's scores (what
+// thread runs batch i, launched before batch i - 1 is waited for (two in
+// flight, as the executor runs them). Every Wait must return its own batch's scores (what
 // Forward gives, shapes changing every iteration) and report the copy times.
 // A wait that returned before the scores' copy would show here as scores
 // that differ from Forward's.
@@ -233,6 +234,44 @@ void CheckStagedPipeline() {
     });
     int checked = 0, exact = 0;
     double max_diff = 0, h2d_sum = 0, d2h_sum = 0;
+    std::vector<Status> launch_status(iters);
+    // Waits for iteration j (launched before j + 1 was, as the executor
+    // does: two batches in flight at once) and checks its scores.
+    auto wait_and_check = [&](int j) {
+      const Batch& batch = batches[j % nb];
+      std::vector<float> scores(3, -1.0f);
+      ForwardTimings timings;
+      Status s = launch_status[j];
+      if (s.ok()) s = model->Wait(j % 2, &scores, &timings);
+      runs_finished++;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        run_upto = j;
+        cv.notify_all();
+      }
+      EXPECT_TRUE(stage_status[j].ok()) << name << " " << j << ": " << stage_status[j].ToString();
+      EXPECT_TRUE(s.ok()) << name << " " << j << ": " << s.ToString();
+      const std::vector<float>& want = expected[j % nb];
+      if (!s.ok() || scores.size() != want.size()) {
+        ADD_FAILURE() << name << " iteration " << j << ": " << scores.size() << " scores, want " << want.size();
+        return;
+      }
+      const double diff = MaxAbsDiff(scores, want);
+      max_diff = std::max(max_diff, diff);
+      EXPECT_LE(diff, 1e-6) << name << " iteration " << j << " (batch " << j % nb << ", slot " << j % 2 << ")";
+      exact += scores == want;
+      ++checked;
+      if (batch.num_candidates() > 0) {
+        EXPECT_GT(timings.h2d_seconds, 0.0) << name << " " << j;
+        EXPECT_GT(timings.d2h_seconds, 0.0) << name << " " << j;
+        EXPECT_LT(timings.h2d_seconds, 1.0) << name << " " << j;
+        h2d_sum += timings.h2d_seconds;
+        d2h_sum += timings.d2h_seconds;
+      } else {
+        EXPECT_EQ(timings.h2d_seconds, 0.0) << "empty batch: nothing copied";
+      }
+    };
+    int launched = 0;
     for (int i = 0; i < iters; ++i) {
       {
         std::unique_lock<std::mutex> lock(mu);
@@ -243,39 +282,12 @@ void CheckStagedPipeline() {
           break;
         }
       }
-      const Batch& batch = batches[i % nb];
-      std::vector<float> scores(3, -1.0f);
-      ForwardTimings timings;
       runs_started++;
-      const Status s = model->Run(i % 2, &scores, &timings);
-      runs_finished++;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        run_upto = i;
-        cv.notify_all();
-      }
-      EXPECT_TRUE(stage_status[i].ok()) << name << " " << i << ": " << stage_status[i].ToString();
-      EXPECT_TRUE(s.ok()) << name << " " << i << ": " << s.ToString();
-      const std::vector<float>& want = expected[i % nb];
-      if (!s.ok() || scores.size() != want.size()) {
-        ADD_FAILURE() << name << " iteration " << i << ": " << scores.size() << " scores, want " << want.size();
-        continue;
-      }
-      const double diff = MaxAbsDiff(scores, want);
-      max_diff = std::max(max_diff, diff);
-      EXPECT_LE(diff, 1e-6) << name << " iteration " << i << " (batch " << i % nb << ", slot " << i % 2 << ")";
-      exact += scores == want;
-      ++checked;
-      if (batch.num_candidates() > 0) {
-        EXPECT_GT(timings.h2d_seconds, 0.0) << name << " " << i;
-        EXPECT_GT(timings.d2h_seconds, 0.0) << name << " " << i;
-        EXPECT_LT(timings.h2d_seconds, 1.0) << name << " " << i;
-        h2d_sum += timings.h2d_seconds;
-        d2h_sum += timings.d2h_seconds;
-      } else {
-        EXPECT_EQ(timings.h2d_seconds, 0.0) << "empty batch: nothing copied";
-      }
+      launch_status[i] = model->Launch(i % 2);
+      launched = i + 1;
+      if (i > 0) wait_and_check(i - 1);
     }
+    if (launched > 0) wait_and_check(launched - 1);
     stager.join();
     EXPECT_EQ(checked, iters) << name;
     // Stage is called as soon as a slot frees, so it overlaps at least the
@@ -286,13 +298,16 @@ void CheckStagedPipeline() {
                 name, checked, exact, max_diff, overlapped,
                 1e6 * h2d_sum / checked, 1e6 * d2h_sum / checked);
 
-    // Forward (slot 0) still agrees afterwards; Run frees its slot; bad slots are named.
+    // Forward (slot 0) still agrees afterwards; Wait frees its slot; bad slots are named.
     std::vector<float> scores;
     ASSERT_TRUE(model->Forward(batches[0], &scores).ok());
     EXPECT_LE(MaxAbsDiff(scores, expected[0]), 1e-6);
+    EXPECT_TRUE(model->AsyncLaunch());
     Status s = model->Run(1, &scores, nullptr);
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find("slot = 1"), std::string::npos) << s.message();
+    s = model->Wait(1, &scores, nullptr);
+    EXPECT_NE(s.message().find("nothing is launched"), std::string::npos) << s.message();
     s = model->Stage(batches[0], Model::kStageSlots);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
     Batch bad = batches[2];

@@ -531,6 +531,24 @@ TEST(ModelForwardTest, StageAndRunOnTwoSlotsEqualForwardOfEachBatch) {
   s = model->Stage(bad, 1);
   EXPECT_NE(s.message().find("history_offsets"), std::string::npos) << s.message();
   EXPECT_FALSE(model->Run(1, &scores, nullptr).ok()) << "a failed Stage must not leave the earlier batch staged";
+
+  // Run split in Launch and Wait, both slots launched at once (the
+  // executor's order on an asynchronous model): each Wait returns its own
+  // slot's batch; the CPU backend computes in Wait.
+  EXPECT_FALSE(model->AsyncLaunch());
+  ASSERT_TRUE(model->Stage(batches[2], 0).ok());
+  ASSERT_TRUE(model->Stage(batches[3], 1).ok());
+  ASSERT_TRUE(model->Launch(0).ok());
+  ASSERT_TRUE(model->Launch(1).ok());
+  ASSERT_TRUE(model->Wait(0, &scores, nullptr).ok());
+  EXPECT_EQ(scores, expected[2]);
+  ASSERT_TRUE(model->Wait(1, &scores, nullptr).ok());
+  EXPECT_EQ(scores, expected[3]);
+  s = model->Wait(1, &scores, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kInternal);
+  EXPECT_NE(s.message().find("nothing is launched"), std::string::npos) << s.message();
+  s = model->Launch(2);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace
