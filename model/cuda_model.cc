@@ -104,11 +104,11 @@ struct CudaPass {
   const int32_t* padded_offsets = nullptr;  // [R+1] = r * N
   float* x = nullptr;       // [R, d]
   float* pooled = nullptr;  // [F, R, d]
-  float* e = nullptr;       // [C, d]
+  void* e = nullptr;        // [C, d] of the model's vector dtype
   void* h = nullptr;        // [T, d] of the attention dtype
   const void* z = nullptr;  // jagged [T, d] or padded [R, N, d], of the attention dtype
   int64_t z_rows = 0;
-  float* u = nullptr;       // [C, d]
+  void* u = nullptr;        // [C, d] of the model's vector dtype
   float* inter = nullptr;           // [C, d + n(n-1)/2]: the whole rows (small n)
   void* request_part = nullptr;     // [R, request stride]: x and the request's own pairs (split form)
   void* candidate_part = nullptr;   // [C, candidate stride]: the pairs with u_c or e_c (split form)
@@ -232,8 +232,8 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   Status ToAttn(const float* src, int64_t count, const void** out);
   // float32 [count] -> dtype (aliases `src` when that is float32).
   Status ToDType(const float* src, int64_t count, DType dtype, const void** out);
-  // attention dtype [count] -> float32 (aliases `src` when that is float32).
-  Status FromAttn(const void* src, int64_t count, float** out);
+  // attention dtype [count] -> vec_dtype_ (aliases `src` when they are the same).
+  Status FromAttn(const void* src, int64_t count, void** out);
   void FreeBatchWorkspace();
   Status PackAndCopy(const Batch& batch, StageSlot* slot);
   // Queues the pass over `slot` and the scores' D2H copy on stream_.
@@ -268,6 +268,9 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   // operands, float32 accumulation and bias, with cuda_bf16); the logits
   // are float32.
   DType mlp_dtype_;
+  // u and e, the candidate vectors of the interaction: float32, or bf16 with
+  // the split first top layer (see Init).
+  DType vec_dtype_ = DType::kFloat32;
   bool tf32_ = false;  // GEMMs in TF32 (with cuda_bf16)
   // Declared before everything that uses them, so destroyed after: the
   // streams' destructors wait for their work before the memory goes.
@@ -375,6 +378,12 @@ Status CudaModel::Init(const ModelWeights& w) {
     in = layer.out;
   }
   split_top1_ = !DotInteractionCudaHasRegisterKernel(static_cast<int>(config_.sparse_features.size()));
+  // The split interaction reads u and e as the attention gives them (bf16
+  // rows of the bf16 item table, the attention's bf16 output: float32
+  // copies of them would hold the same values).
+  vec_dtype_ = split_top1_ && attn_dtype_ == DType::kBFloat16 && table_dtype_ == DType::kBFloat16
+                   ? DType::kBFloat16
+                   : DType::kFloat32;
   if (!split_top1_) {
     // float32 (TF32 GEMM) over the interaction's float32 rows.
     top1_ = {nullptr, nullptr, config_.top_mlp_input_width(), config_.top_mlp[0]};
@@ -471,12 +480,14 @@ Status CudaModel::ToDType(const float* src, int64_t count, DType dtype, const vo
   return Status::Ok();
 }
 
-Status CudaModel::FromAttn(const void* src, int64_t count, float** out) {
-  if (attn_dtype_ == DType::kFloat32) {
-    *out = static_cast<float*>(const_cast<void*>(src));
+Status CudaModel::FromAttn(const void* src, int64_t count, void** out) {
+  if (attn_dtype_ == vec_dtype_) {
+    *out = const_cast<void*>(src);
     return Status::Ok();
   }
-  RETURN_IF_ERROR(Alloc(static_cast<size_t>(count), out));
+  float* dst = nullptr;
+  RETURN_IF_ERROR(Alloc(static_cast<size_t>(count), &dst));
+  *out = dst;
   CastParams p = {};
   p.in = src;
   p.in_dtype = attn_dtype_;
@@ -724,7 +735,9 @@ Status CudaModel::PoolSparseFeatures(CudaPass* pass) {
 Status CudaModel::EmbedCandidates(CudaPass* pass) {
   const int C = pass->num_candidates;
   const int d = config_.embedding_dim;
-  RETURN_IF_ERROR(Alloc(size_t(C) * d, &pass->e));
+  char* e = nullptr;
+  RETURN_IF_ERROR(Alloc(size_t(C) * d * DTypeSize(vec_dtype_), &e));
+  pass->e = e;
   GatherRowsParams p = {};
   p.ids = pass->cand_ids;
   p.count = C;
@@ -733,6 +746,7 @@ Status CudaModel::EmbedCandidates(CudaPass* pass) {
   p.num_rows = config_.item_rows;
   p.dim = d;
   p.out = pass->e;
+  p.out_dtype = vec_dtype_;
   return GatherRowsCuda(p, stream_.get());
 }
 
@@ -760,9 +774,11 @@ Status CudaModel::EmbedHistory(CudaPass* pass) {
 
 // No request has history: every u_c is the zero vector (docs/model.md, step 6).
 Status CudaModel::NoHistory(CudaPass* pass) {
-  const size_t count = size_t(pass->num_candidates) * config_.embedding_dim;
-  RETURN_IF_ERROR(Alloc(count, &pass->u));
-  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(pass->u, 0, count * sizeof(float), stream_.get()));
+  const size_t bytes = size_t(pass->num_candidates) * config_.embedding_dim * DTypeSize(vec_dtype_);
+  char* u = nullptr;
+  RETURN_IF_ERROR(Alloc(bytes, &u));
+  pass->u = u;
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(pass->u, 0, bytes, stream_.get()));
   return Status::Ok();
 }
 
@@ -776,6 +792,7 @@ Status CudaModel::Interaction(CudaPass* pass) {
   p.num_sparse = static_cast<int>(config_.sparse_features.size());
   p.u = pass->u;
   p.e = pass->e;
+  p.vector_dtype = vec_dtype_;
   p.candidate_offsets = pass->cand_offsets;
   p.num_requests = pass->num_requests;
   p.num_candidates = pass->num_candidates;
@@ -874,7 +891,11 @@ Status CudaModel::PadHistory(const CudaPass& pass, void** out) {
 Status CudaModel::TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn,
                                  void** u_attn) {
   const int64_t count = int64_t{pass.num_candidates} * config_.embedding_dim;
-  RETURN_IF_ERROR(ToAttn(pass.e, count, e_attn));
+  if (vec_dtype_ == attn_dtype_) {
+    *e_attn = pass.e;
+  } else {
+    RETURN_IF_ERROR(ToAttn(static_cast<const float*>(pass.e), count, e_attn));
+  }
   *z_attn = pass.z;
   return AllocAttn(count, u_attn);
 }

@@ -185,6 +185,17 @@ TEST(GatherRowsTest, MatchesReferenceBothDtypes) {
   EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCpu(p), "ids"));
   p.num_threads = -1;
   EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCpu(p), "num_threads"));
+  // bf16 rows out are the CUDA gather's only.
+  const std::vector<int64_t> ids = {0, 0, 0};
+  std::vector<float> rows(4), out(12);
+  p.num_threads = 0;
+  p.ids = ids.data();
+  p.table = rows.data();
+  p.out = out.data();
+  p.out_dtype = DType::kBFloat16;
+  EXPECT_TRUE(IsInvalidArgumentNaming(GatherRowsCpu(p), "out_dtype"));
+  p.out_dtype = DType::kFloat32;
+  EXPECT_TRUE(GatherRowsCpu(p).ok());
 }
 
 TEST(HistoryGatherTest, AddsPositionFromTheMostRecentItem) {

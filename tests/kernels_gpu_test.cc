@@ -294,6 +294,15 @@ TEST_F(KernelsGpuTest, GatherRowsMatchesCpu) {
         const auto got = d_out.ToHost();
         EXPECT_EQ(CountNonFinite(got), 0);
         EXPECT_EQ(got, expected) << DTypeName(dtype) << " dim " << dim << " count " << count;  // a copy: exact
+        if (dtype != DType::kBFloat16) continue;
+        // bf16 rows gathered as bf16 (the CUDA model's split interaction): the same values.
+        Output bf16_out(expected.size(), DType::kBFloat16);
+        p.out = bf16_out.device();
+        p.out_dtype = DType::kBFloat16;
+        ASSERT_STATUS_OK(GatherRowsCuda(p, stream_));
+        Sync();
+        EXPECT_EQ(bf16_out.ToHostFloat(), expected) << "bf16 out, dim " << dim << " count " << count;
+        p.out_dtype = DType::kFloat32;
       }
     }
   }
@@ -521,6 +530,46 @@ TEST_F(KernelsGpuTest, DotInteractionSplitMatchesCpuWithZeroPadding) {
           }
         }
       }
+      if (num_candidates == 0) continue;
+      // u and e in bf16 (what the CUDA model passes with a bf16 attention):
+      // the same dots as float32 copies of the same bf16 values give.
+      const Operand u16(u, DType::kBFloat16), e16(e, DType::kBFloat16);
+      p.u = u16.host_f32.data();
+      p.e = e16.host_f32.data();
+      p.x = x.data();
+      p.pooled = num_sparse > 0 ? pooled.data() : nullptr;
+      p.candidate_offsets = offsets.data();
+      ASSERT_STATUS_OK(DotInteractionSplitCpu(p, request_cpu.data(), candidate_cpu.data()));
+      for (const int bound : {0, max_candidates}) {
+        p.max_candidates = bound;
+        DeviceArray<float> d_request(request_expected.size()), d_candidate(candidate_expected.size());
+        p.x = d_x.data();
+        p.pooled = d_pooled.data();
+        p.u = u16.device();
+        p.e = e16.device();
+        p.vector_dtype = DType::kBFloat16;
+        p.candidate_offsets = d_offsets.data();
+        ASSERT_STATUS_OK(DotInteractionSplitCuda(p, d_request.data(), request_stride, d_candidate.data(),
+                                                 candidate_stride, DType::kFloat32, stream_));
+        Sync();
+        const auto candidate_got = d_candidate.ToHost();
+        std::vector<float> candidate_rows(candidate_cpu.size());
+        for (int c = 0; c < num_candidates; ++c) {
+          std::copy_n(candidate_got.begin() + size_t(c) * candidate_stride, candidate_width,
+                      candidate_rows.begin() + size_t(c) * candidate_width);
+        }
+        EXPECT_LT(RelativeError(candidate_rows, candidate_cpu), 1e-5)
+            << "bf16 u, e: F " << num_sparse << " dim " << dim << " requests " << num_requests << " bound " << bound;
+        p.vector_dtype = DType::kFloat32;
+        p.x = x.data();
+        p.pooled = num_sparse > 0 ? pooled.data() : nullptr;
+        p.candidate_offsets = offsets.data();
+      }
+      // The unsplit form and the CPU take float32 u and e only.
+      p.vector_dtype = DType::kBFloat16;
+      EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_cpu.data(), candidate_cpu.data()),
+                                          "vector_dtype"));
+      p.vector_dtype = DType::kFloat32;
     }
   }
 }
@@ -1290,7 +1339,8 @@ TEST(KernelsGpuArgumentsTest, LaunchersRejectBadArgumentsNamingTheField) {
   EXPECT_TRUE(IsInvalidArgumentNaming(HistoryGatherCuda(history, nullptr), "position_table"));
 
   DotInteractionParams dot = {};
-  dot.x = dot.u = dot.e = dot.out = dummy;
+  dot.x = dot.out = dummy;
+  dot.u = dot.e = dummy;
   dot.candidate_offsets = offsets;
   dot.num_sparse = 2;
   dot.num_requests = 1;
@@ -1298,6 +1348,9 @@ TEST(KernelsGpuArgumentsTest, LaunchersRejectBadArgumentsNamingTheField) {
   dot.dim = 1;
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionCuda(dot, nullptr), "pooled"));
   dot.num_sparse = 0;
+  dot.vector_dtype = DType::kBFloat16;  // the split form only
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionCuda(dot, nullptr), "vector_dtype"));
+  dot.vector_dtype = DType::kFloat32;
   dot.num_requests = 0;
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionCuda(dot, nullptr), "num_requests"));
 

@@ -170,6 +170,10 @@ TEST(DotInteractionSplitCpuTest, PartsAreTheFullRowsColumns) {
   p.u = nullptr;
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), candidate_part.data()), "u"));
   p = ParamsFor(in, unused);
+  p.vector_dtype = DType::kBFloat16;  // the CUDA split form's only
+  EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), candidate_part.data()),
+                                      "vector_dtype"));
+  p = ParamsFor(in, unused);
   p.num_threads = -1;
   EXPECT_TRUE(IsInvalidArgumentNaming(DotInteractionSplitCpu(p, request_part.data(), candidate_part.data()),
                                       "num_threads"));

@@ -42,6 +42,11 @@ Status GatherRowsCpu(const GatherRowsParams& params) {
   RETURN_IF_ERROR(cpu::CheckNotNull(p.ids, "ids"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.table, "table"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.out, "out"));
+  if (p.out_dtype != DType::kFloat32) {
+    return Status::InvalidArgument(std::string("out_dtype = ") + DTypeName(p.out_dtype) +
+                                   ": the CPU gather writes float32");
+  }
+  float* out = static_cast<float*>(p.out);
 
   // Random rows of a large table: each thread keeps its own cache misses in
   // flight. Blocks of rows, a thread per kMinRowsPerThread.
@@ -50,7 +55,7 @@ Status GatherRowsCpu(const GatherRowsParams& params) {
   const int64_t per_block = (p.count + threads - 1) / threads;
   ParallelFor((p.count + per_block - 1) / per_block, threads, [&](int64_t block) {
     for (int64_t c = block * per_block; c < std::min(p.count, (block + 1) * per_block); ++c) {
-      cpu::CopyTableRow(p.table, p.table_dtype, IdToRow(p.ids[c], p.num_rows), p.dim, p.out + c * p.dim);
+      cpu::CopyTableRow(p.table, p.table_dtype, IdToRow(p.ids[c], p.num_rows), p.dim, out + c * p.dim);
     }
   });
   return Status::Ok();

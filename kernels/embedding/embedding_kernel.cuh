@@ -55,13 +55,13 @@ __global__ void EmbeddingBagsKernel(const EmbeddingBagSet set) {
 }
 
 // grid.x * blockDim.y >= count.
-template <typename T>
+template <typename T, typename OutT>
 __global__ void GatherRowsKernel(const GatherRowsParams params) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   if (i >= params.count) return;
   const T* src = static_cast<const T*>(params.table) + IdToRow(params.ids[i], params.num_rows) * params.dim;
-  float* out = params.out + i * params.dim;
-  for (int c = threadIdx.x; c < params.dim; c += blockDim.x) out[c] = ToFloat(src[c]);
+  OutT* out = static_cast<OutT*>(params.out) + i * params.dim;
+  for (int c = threadIdx.x; c < params.dim; c += blockDim.x) out[c] = FromFloat<OutT>(ToFloat(src[c]));
 }
 
 // grid = (batch, ceil(max_len / blockDim.y)): block (b, y) covers tokens

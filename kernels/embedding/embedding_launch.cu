@@ -87,8 +87,11 @@ Status GatherRowsCuda(const GatherRowsParams& params, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(blocks));
   return cuda::DispatchDType(params.table_dtype, "table_dtype", [&](auto tag) {
     using T = decltype(tag);
-    cuda::GatherRowsKernel<T><<<grid, block, 0, stream>>>(params);
-    return CudaLaunchStatus("GatherRowsKernel");
+    return cuda::DispatchDType(params.out_dtype, "out_dtype", [&](auto out_tag) {
+      using OutT = decltype(out_tag);
+      cuda::GatherRowsKernel<T, OutT><<<grid, block, 0, stream>>>(params);
+      return CudaLaunchStatus("GatherRowsKernel");
+    });
   });
 }
 

@@ -42,7 +42,8 @@ struct GatherRowsParams {
   DType table_dtype;
   int64_t num_rows;         // > 0
   int dim;                  // > 0
-  float* out;               // [count, dim]
+  void* out;                // [count, dim] of out_dtype
+  DType out_dtype;          // float32; bfloat16 on CUDA only (from a bfloat16 table: exact)
   int num_threads;          // CPU only: most threads incl. the caller's; 0 = all cores
 };
 

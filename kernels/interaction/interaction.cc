@@ -39,6 +39,10 @@ Status ValidateInputs(const DotInteractionParams& p, bool* empty) {
   if (p.num_sparse > 0) RETURN_IF_ERROR(cpu::CheckNotNull(p.pooled, "pooled"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.u, "u"));
   RETURN_IF_ERROR(cpu::CheckNotNull(p.e, "e"));
+  if (p.vector_dtype != DType::kFloat32) {
+    return Status::InvalidArgument(std::string("vector_dtype = ") + DTypeName(p.vector_dtype) +
+                                   ": the CPU interaction takes float32 u and e");
+  }
   return Status::Ok();
 }
 
@@ -64,8 +68,8 @@ Status DotInteractionCpu(const DotInteractionParams& params) {
   for (int r = 0; r < p.num_requests; ++r) {
     RequestVectors(p, r, &v);
     for (int32_t c = p.candidate_offsets[r]; c < p.candidate_offsets[r + 1]; ++c) {
-      v[n - 2] = p.u + int64_t{c} * d;
-      v[n - 1] = p.e + int64_t{c} * d;
+      v[n - 2] = static_cast<const float*>(p.u) + int64_t{c} * d;
+      v[n - 1] = static_cast<const float*>(p.e) + int64_t{c} * d;
       float* out = p.out + c * width;
       for (int i = 0; i < d; ++i) out[i] = v[0][i];
       float* t = out + d;
@@ -112,8 +116,8 @@ Status DotInteractionSplitCpu(const DotInteractionParams& params, float* request
       for (int b = a + 1; b < m; ++b) *t++ = Dot(v[a], v[b], d);
     }
     for (int32_t c = p.candidate_offsets[r]; c < p.candidate_offsets[r + 1]; ++c) {
-      const float* u = p.u + int64_t{c} * d;
-      const float* e = p.e + int64_t{c} * d;
+      const float* u = static_cast<const float*>(p.u) + int64_t{c} * d;
+      const float* e = static_cast<const float*>(p.e) + int64_t{c} * d;
       float* out = candidate_out + c * candidate_width;
       for (int a = 0; a < m; ++a) {
         *out++ = Dot(v[a], u, d);

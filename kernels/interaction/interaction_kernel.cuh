@@ -80,9 +80,9 @@ __global__ void __launch_bounds__(InteractionTraits::kThreads) DotInteractionKer
     } else if (a <= num_sparse) {
       src = params.pooled + (static_cast<int64_t>(a - 1) * num_requests + r) * dim;
     } else if (a == n - 2) {
-      src = params.u + static_cast<int64_t>(c) * dim;
+      src = static_cast<const float*>(params.u) + static_cast<int64_t>(c) * dim;
     } else {
-      src = params.e + static_cast<int64_t>(c) * dim;
+      src = static_cast<const float*>(params.e) + static_cast<int64_t>(c) * dim;
     }
     for (int k = lane; k < dim; k += 32) {
       const float value = __ldg(src + k);
@@ -268,8 +268,8 @@ __global__ void __launch_bounds__(InteractionRegisterTraits::kThreads)
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
         const int64_t at = static_cast<int64_t>(c + s) * dim + k;
-        uk[s] = in && s < count ? __ldg(params.u + at) : 0.0f;
-        ek[s] = in && s < count ? __ldg(params.e + at) : 0.0f;
+        uk[s] = in && s < count ? __ldg(static_cast<const float*>(params.u) + at) : 0.0f;
+        ek[s] = in && s < count ? __ldg(static_cast<const float*>(params.e) + at) : 0.0f;
         part[s * kCandidatePartials] = fmaf(uk[s], ek[s], part[s * kCandidatePartials]);
       }
 #pragma unroll
@@ -379,7 +379,7 @@ __device__ __forceinline__ int WarpRequestOfCandidate(const int32_t* offsets, in
 // request), 16 request vectors (32 dots) per round, which one transposing
 // butterfly (31 shuffles) leaves one dot per lane: lane j's is column
 // 2 * first + j, already the row's order.
-template <int kChunks, typename OutT>
+template <int kChunks, typename VecT, typename OutT>
 __global__ void __launch_bounds__(CandidatePairsTraits::kThreads, CandidatePairsTraits::kMinBlocksPerSm)
     CandidatePairsKernel(const DotInteractionParams params, OutT* out, int stride) {
   constexpr int kRound = CandidatePairsTraits::kVectorsPerRound;
@@ -390,8 +390,8 @@ __global__ void __launch_bounds__(CandidatePairsTraits::kThreads, CandidatePairs
   const int m = params.num_sparse + 1;
   const int64_t r = WarpRequestOfCandidate(params.candidate_offsets, params.num_requests, c, lane);
   const int64_t feature_stride = static_cast<int64_t>(params.num_requests) * dim;
-  const float* u = params.u + static_cast<int64_t>(c) * dim;
-  const float* e = params.e + static_cast<int64_t>(c) * dim;
+  const VecT* u = static_cast<const VecT*>(params.u) + static_cast<int64_t>(c) * dim;
+  const VecT* e = static_cast<const VecT*>(params.e) + static_cast<int64_t>(c) * dim;
   OutT* row = out + static_cast<int64_t>(c) * stride;
   constexpr int kHeld = kChunks > 0 ? kChunks : 1;
   float u_held[kHeld], e_held[kHeld];
@@ -400,8 +400,8 @@ __global__ void __launch_bounds__(CandidatePairsTraits::kThreads, CandidatePairs
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
       const int k = i * 32 + lane;
-      u_held[i] = k < dim ? __ldg(u + k) : 0.0f;
-      e_held[i] = k < dim ? __ldg(e + k) : 0.0f;
+      u_held[i] = k < dim ? ToFloat(__ldg(u + k)) : 0.0f;
+      e_held[i] = k < dim ? ToFloat(__ldg(e + k)) : 0.0f;
       ue = fmaf(u_held[i], e_held[i], ue);
     }
   }
@@ -419,8 +419,8 @@ __global__ void __launch_bounds__(CandidatePairsTraits::kThreads, CandidatePairs
         uk = u_held[i < kHeld ? i : 0];
         ek = e_held[i < kHeld ? i : 0];
       } else {
-        uk = in ? __ldg(u + k) : 0.0f;
-        ek = in ? __ldg(e + k) : 0.0f;
+        uk = in ? ToFloat(__ldg(u + k)) : 0.0f;
+        ek = in ? ToFloat(__ldg(e + k)) : 0.0f;
         if (first == 0) ue = fmaf(uk, ek, ue);
       }
 #pragma unroll
@@ -453,7 +453,7 @@ struct CandidatePairsSmemTraits {
   static constexpr int kCandidatesPerBlock = 64;
 };
 
-template <int kChunks, typename OutT>
+template <int kChunks, typename VecT, typename OutT>
 __global__ void __launch_bounds__(CandidatePairsSmemTraits::kThreads)
     CandidatePairsSmemKernel(const DotInteractionParams params, OutT* out, int stride) {
   static_assert(kChunks > 0, "dim <= 32 * kChunks held in registers");
@@ -475,16 +475,16 @@ __global__ void __launch_bounds__(CandidatePairsSmemTraits::kThreads)
   __syncthreads();
   const int lane = threadIdx.x % 32;
   for (int c = begin + static_cast<int>(threadIdx.x / 32); c < end; c += CandidatePairsSmemTraits::kWarps) {
-    const float* u = params.u + static_cast<int64_t>(c) * dim;
-    const float* e = params.e + static_cast<int64_t>(c) * dim;
+    const VecT* u = static_cast<const VecT*>(params.u) + static_cast<int64_t>(c) * dim;
+    const VecT* e = static_cast<const VecT*>(params.e) + static_cast<int64_t>(c) * dim;
     OutT* row = out + static_cast<int64_t>(c) * stride;
     float u_held[kChunks], e_held[kChunks];
     float ue = 0.0f;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int k = i * 32 + lane;
-      u_held[i] = k < dim ? __ldg(u + k) : 0.0f;
-      e_held[i] = k < dim ? __ldg(e + k) : 0.0f;
+      u_held[i] = k < dim ? ToFloat(__ldg(u + k)) : 0.0f;
+      e_held[i] = k < dim ? ToFloat(__ldg(e + k)) : 0.0f;
       ue = fmaf(u_held[i], e_held[i], ue);
     }
     for (int first = 0; first < m; first += kRound) {

@@ -30,6 +30,10 @@ Status DotInteractionCuda(const DotInteractionParams& params, cudaStream_t strea
   if (params.u == nullptr) return Status::InvalidArgument("u: null");
   if (params.e == nullptr) return Status::InvalidArgument("e: null");
   if (params.out == nullptr) return Status::InvalidArgument("out: null");
+  if (params.vector_dtype != DType::kFloat32) {
+    return Status::InvalidArgument(std::string("vector_dtype = ") + DTypeName(params.vector_dtype) +
+                                   ": DotInteractionCuda takes float32 u and e (bfloat16: the split form)");
+  }
 
   const int n = params.num_sparse + 3;
   if (n <= cuda::InteractionRegisterTraits::kMaxVectors) {
@@ -136,32 +140,40 @@ Status DotInteractionSplitCuda(const DotInteractionParams& params, void* request
     const int64_t vector_bytes = int64_t{m} * params.dim * 4;
     const int64_t request_chunks =
         (int64_t{params.max_candidates} + Smem::kCandidatesPerBlock - 1) / Smem::kCandidatesPerBlock;
-    if (params.max_candidates > 0 && chunks <= 4 && vector_bytes <= 48 * 1024 && request_chunks <= cuda::kMaxGridYZ) {
-      const dim3 grid(params.num_requests, static_cast<unsigned>(request_chunks));
-      if (chunks == 1) {
-        cuda::CandidatePairsSmemKernel<1, OutT>
-            <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
-      } else if (chunks == 2) {
-        cuda::CandidatePairsSmemKernel<2, OutT>
-            <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
-      } else {
-        cuda::CandidatePairsSmemKernel<4, OutT>
-            <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+    return cuda::DispatchDType(params.vector_dtype, "vector_dtype", [&](auto vector_tag) -> Status {
+      using VecT = decltype(vector_tag);
+      if (params.max_candidates > 0 && chunks <= 4 && vector_bytes <= 48 * 1024 &&
+          request_chunks <= cuda::kMaxGridYZ) {
+        const dim3 grid(params.num_requests, static_cast<unsigned>(request_chunks));
+        if (chunks == 1) {
+          cuda::CandidatePairsSmemKernel<1, VecT, OutT>
+              <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+        } else if (chunks == 2) {
+          cuda::CandidatePairsSmemKernel<2, VecT, OutT>
+              <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+        } else {
+          cuda::CandidatePairsSmemKernel<4, VecT, OutT>
+              <<<grid, Smem::kThreads, vector_bytes, stream>>>(params, candidate, candidate_stride);
+        }
+        return CudaLaunchStatus("CandidatePairsSmemKernel");
       }
-      return CudaLaunchStatus("CandidatePairsSmemKernel");
-    }
-    using Traits = cuda::CandidatePairsTraits;
-    const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
-    if (chunks == 1) {
-      cuda::CandidatePairsKernel<1, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
-    } else if (chunks == 2) {
-      cuda::CandidatePairsKernel<2, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
-    } else if (chunks <= 4) {
-      cuda::CandidatePairsKernel<4, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
-    } else {
-      cuda::CandidatePairsKernel<0, OutT><<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
-    }
-    return CudaLaunchStatus("CandidatePairsKernel");
+      using Traits = cuda::CandidatePairsTraits;
+      const unsigned blocks = static_cast<unsigned>((params.num_candidates + Traits::kWarps - 1) / Traits::kWarps);
+      if (chunks == 1) {
+        cuda::CandidatePairsKernel<1, VecT, OutT>
+            <<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+      } else if (chunks == 2) {
+        cuda::CandidatePairsKernel<2, VecT, OutT>
+            <<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+      } else if (chunks <= 4) {
+        cuda::CandidatePairsKernel<4, VecT, OutT>
+            <<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+      } else {
+        cuda::CandidatePairsKernel<0, VecT, OutT>
+            <<<blocks, Traits::kThreads, 0, stream>>>(params, candidate, candidate_stride);
+      }
+      return CudaLaunchStatus("CandidatePairsKernel");
+    });
   });
 }
 

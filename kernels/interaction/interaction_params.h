@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/dtype.h"
+
 namespace jagrank {
 
 // n = num_sparse + 3 vectors; the output row width d + n(n-1)/2.
@@ -22,8 +24,8 @@ struct DotInteractionParams {
   const float* x;                   // [num_requests, dim]: bottom-MLP output
   const float* pooled;              // [num_sparse, num_requests, dim] (feature-major); may be null if num_sparse == 0
   int num_sparse;                   // F >= 0
-  const float* u;                   // [num_candidates, dim]: target-attention output
-  const float* e;                   // [num_candidates, dim]: candidate embeddings
+  const void* u;                    // [num_candidates, dim] of vector_dtype: target-attention output
+  const void* e;                    // [num_candidates, dim] of vector_dtype: candidate embeddings
   const int32_t* candidate_offsets; // [num_requests + 1], ends at num_candidates
   int num_requests;                 // R >= 0
   int num_candidates;               // C >= 0
@@ -31,6 +33,9 @@ struct DotInteractionParams {
   float* out;                       // [num_candidates, DotInteractionOutputWidth(num_sparse, dim)]
   int num_threads;                  // DotInteractionSplitCpu only: most threads incl. the caller's; 0 = all cores
   int max_candidates;               // DotInteractionSplitCuda, optional: > 0 = no request has more candidates
+  // u and e: float32 everywhere; bfloat16 in DotInteractionSplitCuda only
+  // (the CUDA model's attention output and bf16 item rows as they are).
+  DType vector_dtype;
 };
 
 }  // namespace jagrank
