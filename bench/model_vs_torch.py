@@ -1041,6 +1041,12 @@ def print_table(report):
     if jagged.get("best") and flash.get("best"):
         print(f"jagged vs padded_flash candidates/s at p99<={args_p99(report)} ms: "
               f"{jagged['best']['candidates_per_s'] / flash['best']['candidates_per_s']:.2f}")
+    # The same two strategies over RankStream (variants "stream" and
+    # "padded_flash_stream"), where the host path does not bound either.
+    stream, flash_stream = variants.get("stream", {}), variants.get("padded_flash_stream", {})
+    if stream.get("best") and flash_stream.get("best"):
+        print(f"jagged vs padded_flash candidates/s at p99<={args_p99(report)} ms over RankStream: "
+              f"{stream['best']['candidates_per_s'] / flash_stream['best']['candidates_per_s']:.2f}")
     if served_model_bytes(jagged) and served_model_bytes(dense):
         print(f"jagged vs padded_dense peak memory (weights + workspace): "
               f"{served_model_bytes(jagged) / served_model_bytes(dense):.2f}")

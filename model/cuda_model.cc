@@ -202,6 +202,8 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   Status NoHistory(CudaPass* pass) override;
   Status Interaction(CudaPass* pass) override;
   Status TopMlp(CudaPass* pass) override;
+  // x, the pooled features, u and e: read by the interaction only.
+  void ReleaseInteractionInputs(CudaPass* pass);
 
  private:
   friend class CudaFlash;
@@ -217,10 +219,24 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(count * sizeof(T), 256);
     RETURN_IF_CUDA_ERROR(cudaMallocFromPoolAsync(&p, bytes, pool_.get(), stream_.get()));
-    live_.push_back(p);
+    live_.emplace_back(p, bytes);
     live_bytes_ += static_cast<int64_t>(bytes);
+    pass_peak_bytes_ = std::max(pass_peak_bytes_, live_bytes_);
     *out = static_cast<T*>(p);
     return Status::Ok();
+  }
+  // Gives an intermediate of this pass back to the pool once the kernels
+  // that read it are queued. The free is stream-ordered: a later allocation
+  // of the pass reuses the memory only after those kernels ran, so the
+  // pass's peak is that of its widest step, not the sum of its steps. A
+  // pointer that is not one of this pass's allocations (an alias such as z
+  // over h, or a staged input) is left alone.
+  void Release(const void* p) {
+    auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& a) { return a.first == p; });
+    if (it == live_.end()) return;
+    cudaFreeAsync(it->first, stream_.get());
+    live_bytes_ -= static_cast<int64_t>(it->second);
+    live_.erase(it);
   }
   Status AllocAttn(int64_t count, void** out) {
     char* p = nullptr;
@@ -240,8 +256,10 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   Status LaunchStaged(StageSlot* slot);
   // layers over x [m, in] of `dtype` (weights of that dtype); every output
   // in `dtype` but the last layer's, in last_dtype.
+  // Releases x after the first layer when release_x (x is then an
+  // intermediate of the pass); each layer's output after the next layer.
   Status Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const void* x, int m, DType dtype,
-             DType last_dtype, void** out);
+             DType last_dtype, void** out, bool release_x = false);
   // The split first top-MLP layer: *out_top1 [C, out] of out_dtype = (ReLU
   // of) W_req r_req + b1 repeated over each request's candidates, plus
   // W_cand r_cand.
@@ -255,6 +273,10 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   // Target attention's operands in the attention dtype: e [C, d], z as laid
   // out by the strategy, and room for u [C, d].
   Status TargetOperands(const CudaPass& pass, const void** e_attn, const void** z_attn, void** u_attn);
+  // After the target attention: z (and h under it), and e's cast copy.
+  // Nulls pass->z and pass->h: a released address may come back from the
+  // pool for a later allocation of the pass.
+  void ReleaseTargetOperands(CudaPass* pass, const void* e_attn);
   // z [rows, d] = tokens + o Wo^T, in place over `tokens`; attention dtype.
   Status ProjectOutAndAdd(const void* o_attn, void* tokens, int64_t rows, CudaPass* pass);
 
@@ -295,8 +317,9 @@ class CudaModel final : public Model, public ForwardSteps<CudaPass> {
   const void* position_table_ = nullptr;
   const void* wqkv_ = nullptr;  // [3d, d] = Wq; Wk; Wv, of the attention dtype
   const void* wo_ = nullptr;    // [d, d], of the attention dtype
-  std::vector<void*> live_;      // this batch's pool allocations
+  std::vector<std::pair<void*, size_t>> live_;  // this batch's pool allocations not yet released, with their bytes
   int64_t live_bytes_ = 0;
+  int64_t pass_peak_bytes_ = 0;  // the most live_bytes_ reached in this batch
   std::atomic<int64_t> workspace_peak_bytes_{0};
   std::atomic<int64_t> padding_saved_bytes_{0};
 };
@@ -498,9 +521,10 @@ Status CudaModel::FromAttn(const void* src, int64_t count, void** out) {
 }
 
 void CudaModel::FreeBatchWorkspace() {
-  for (void* p : live_) cudaFreeAsync(p, stream_.get());
+  for (const auto& a : live_) cudaFreeAsync(a.first, stream_.get());
   live_.clear();
   live_bytes_ = 0;
+  pass_peak_bytes_ = 0;
 }
 
 Status CudaModel::RunLinear(LinearParams p) {
@@ -510,7 +534,7 @@ Status CudaModel::RunLinear(LinearParams p) {
 }
 
 Status CudaModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const void* x, int m, DType dtype,
-                      DType last_dtype, void** out) {
+                      DType last_dtype, void** out, bool release_x) {
   const void* in = x;
   char* y = nullptr;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -521,6 +545,7 @@ Status CudaModel::Mlp(const std::vector<MlpLayer>& layers, bool relu_last, const
     p.in_dtype = dtype;
     p.out_dtype = out_dtype;
     RETURN_IF_ERROR(RunLinear(p));
+    if (i > 0 || release_x) Release(in);
     in = y;
   }
   *out = y;
@@ -628,7 +653,7 @@ Status CudaModel::Launch(int slot_index) {
   }
   slot.staged = false;
   const Status s = LaunchStaged(&slot);
-  if (live_bytes_ > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(live_bytes_);
+  if (pass_peak_bytes_ > workspace_peak_bytes_.load()) workspace_peak_bytes_.store(pass_peak_bytes_);
   FreeBatchWorkspace();
   if (!s.ok()) {
     // Leave nothing in flight that reads the slot's buffers (the next
@@ -800,7 +825,9 @@ Status CudaModel::Interaction(CudaPass* pass) {
   if (!split_top1_) {
     RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_.in, &pass->inter));
     p.out = pass->inter;
-    return DotInteractionCuda(p, stream_.get());
+    RETURN_IF_ERROR(DotInteractionCuda(p, stream_.get()));
+    ReleaseInteractionInputs(pass);
+    return Status::Ok();
   }
   const size_t esize = DTypeSize(mlp_dtype_);
   char* request_part = nullptr;
@@ -810,8 +837,19 @@ Status CudaModel::Interaction(CudaPass* pass) {
   RETURN_IF_ERROR(Alloc(size_t(pass->num_candidates) * top1_candidate_.in * esize, &candidate_part));
   pass->request_part = request_part;
   pass->candidate_part = candidate_part;
-  return DotInteractionSplitCuda(p, request_part, top1_request_.in, candidate_part, top1_candidate_.in, mlp_dtype_,
-                                 stream_.get());
+  RETURN_IF_ERROR(DotInteractionSplitCuda(p, request_part, top1_request_.in, candidate_part, top1_candidate_.in,
+                                          mlp_dtype_, stream_.get()));
+  ReleaseInteractionInputs(pass);
+  return Status::Ok();
+}
+
+void CudaModel::ReleaseInteractionInputs(CudaPass* pass) {
+  Release(pass->x);
+  Release(pass->pooled);
+  Release(pass->u);
+  Release(pass->e);
+  pass->x = pass->pooled = nullptr;
+  pass->u = pass->e = nullptr;
 }
 
 // 8. Top MLP and sigmoid: pass->logits holds the scores on the device.
@@ -825,7 +863,9 @@ Status CudaModel::TopMlp(CudaPass* pass) {
     float* full = nullptr;
     RETURN_IF_ERROR(Alloc(size_t(C) * top1_.out, &full));
     RETURN_IF_ERROR(RunLinear(MlpLayerParams(top1_, relu1, pass->inter, C, full)));
+    Release(pass->inter);
     RETURN_IF_ERROR(ToDType(full, int64_t{C} * top1_.out, top1_dtype, &top1));
+    if (top1 != full) Release(full);
   } else {
     void* split = nullptr;
     RETURN_IF_ERROR(SplitTop1(pass, relu1, top1_dtype, &split));
@@ -833,7 +873,8 @@ Status CudaModel::TopMlp(CudaPass* pass) {
   }
   void* logits = const_cast<void*>(top1);
   if (!top_rest_.empty()) {
-    RETURN_IF_ERROR(Mlp(top_rest_, /*relu_last=*/false, top1, C, mlp_dtype_, DType::kFloat32, &logits));
+    RETURN_IF_ERROR(Mlp(top_rest_, /*relu_last=*/false, top1, C, mlp_dtype_, DType::kFloat32, &logits,
+                        /*release_x=*/true));
   }
   pass->logits = static_cast<float*>(logits);
   return SigmoidInPlaceCuda(pass->logits, C, stream_.get());
@@ -865,11 +906,14 @@ Status CudaModel::SplitTop1(CudaPass* pass, bool relu, DType out_dtype, void** o
   repeat.dtype = out_dtype;
   repeat.values = top1;
   RETURN_IF_ERROR(RepeatRowsCuda(repeat, stream_.get()));
+  Release(request_top1);
+  Release(pass->request_part);
   LinearParams candidate = MlpLayerParams(top1_candidate_, relu, pass->candidate_part, C, top1);
   candidate.in_dtype = mlp_dtype_;
   candidate.out_dtype = out_dtype;
   candidate.accumulate = true;
   RETURN_IF_ERROR(RunLinear(candidate));
+  Release(pass->candidate_part);
   *out_top1 = top1;
   return Status::Ok();
 }
@@ -898,6 +942,14 @@ Status CudaModel::TargetOperands(const CudaPass& pass, const void** e_attn, cons
   }
   *z_attn = pass.z;
   return AllocAttn(count, u_attn);
+}
+
+void CudaModel::ReleaseTargetOperands(CudaPass* pass, const void* e_attn) {
+  if (e_attn != pass->e) Release(e_attn);
+  Release(pass->z);
+  Release(pass->h);
+  pass->z = nullptr;
+  pass->h = nullptr;
 }
 
 Status CudaModel::AttnLinear(const void* x, const void* w, int m, int n, int k, void* y, bool accumulate) {
@@ -960,7 +1012,13 @@ Status CudaFlash::SelfAttention(CudaPass* pass) {
   p.max_q_len = p.max_k_len = N;
   p.maybe_k_valid_len = padded_ ? pass->lengths : nullptr;
   RETURN_IF_ERROR(JaggedAttentionCuda(p, m.stream_.get()));
+  m.Release(qkv_attn);
   RETURN_IF_ERROR(m.ProjectOutAndAdd(o_attn, tokens, rows, pass));
+  m.Release(o_attn);
+  if (padded_) {
+    m.Release(pass->h);  // z is the padded copy
+    pass->h = nullptr;
+  }
   if (!padded_) m.padding_saved_bytes_ += pass->slot->padding_saved_bytes;
   return Status::Ok();
 }
@@ -990,6 +1048,7 @@ Status CudaFlash::TargetAttention(CudaPass* pass) {
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.maybe_k_valid_len = padded_ ? pass->lengths : nullptr;
   RETURN_IF_ERROR(JaggedAttentionCuda(p, m.stream_.get()));
+  m.ReleaseTargetOperands(pass, e_attn);
   return m.FromAttn(u_attn, int64_t{C} * d, &pass->u);
 }
 
@@ -1029,7 +1088,13 @@ Status CudaPaddedDense::SelfAttention(CudaPass* pass) {
   p.o = o_attn;
   RETURN_IF_ERROR(m.Alloc(static_cast<size_t>(PaddedDenseAttentionWorkspaceBytes(p) / 4), &p.workspace));
   RETURN_IF_ERROR(PaddedDenseAttentionCuda(p, m.stream_.get()));
-  return m.ProjectOutAndAdd(o_attn, hp, rows, pass);
+  for (const void* y : proj) m.Release(y);
+  m.Release(p.workspace);
+  RETURN_IF_ERROR(m.ProjectOutAndAdd(o_attn, hp, rows, pass));
+  m.Release(o_attn);
+  m.Release(pass->h);  // z is the padded copy
+  pass->h = nullptr;
+  return Status::Ok();
 }
 
 Status CudaPaddedDense::TargetAttention(CudaPass* pass) {
@@ -1080,6 +1145,10 @@ Status CudaPaddedDense::TargetAttention(CudaPass* pass) {
   bp.dtype = m.attn_dtype_;
   bp.values = u_attn;
   RETURN_IF_ERROR(PaddedToJaggedCuda(bp, m.stream_.get()));
+  m.Release(ep);
+  m.Release(up);
+  m.Release(p.workspace);
+  m.ReleaseTargetOperands(pass, e_attn);
   return m.FromAttn(u_attn, int64_t{C} * d, &pass->u);
 }
 

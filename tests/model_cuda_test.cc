@@ -320,6 +320,30 @@ void CheckStagedPipeline() {
 
 TEST_F(ModelCudaTest, StageOnAnotherThreadWhileRunComputesMatchesForward) { CheckStagedPipeline(); }
 
+// Each intermediate goes back to the pool once its last reader is queued,
+// so a pass's workspace peak is that of its widest step: here two adjacent
+// top-MLP activations (C x 2 x 1024 bf16), not every activation of the pass
+// at once (C x (1024 + 1024 + 512) bf16 for the top MLP alone). The scores
+// stay those of the CPU model.
+TEST_F(ModelCudaTest, WorkspacePeakIsTheWidestStepNotTheSumOfSteps) {
+  ModelConfig c = TestConfig(128, 4, 200, 100000);
+  c.sparse_features.clear();
+  for (int f = 0; f < 17; ++f) c.sparse_features.push_back({"f" + std::to_string(f), 50 + 37 * f});
+  c.top_mlp = {1024, 1024, 512, 1};
+  const Batch batch = RandomBatch(c, 64, 400, 21);
+  std::unique_ptr<Model> model = MakeModel(c, "cuda:0", AttentionStrategy::kJagged, /*bf16=*/true);
+  ASSERT_NE(model, nullptr);
+  std::vector<float> scores;
+  ASSERT_TRUE(model->Forward(batch, &scores).ok());
+  const int64_t C = batch.num_candidates();
+  const int64_t peak = model->Memory().workspace_peak_bytes;
+  std::printf("C = %lld, T = %lld: workspace peak %.2f MiB = %.0f bytes per candidate\n", static_cast<long long>(C),
+              static_cast<long long>(batch.num_history_tokens()), peak / 1048576.0, double(peak) / C);
+  EXPECT_GE(peak, C * 2 * 1024 * 2);
+  EXPECT_LT(peak, C * (1024 + 1024 + 512) * 2);
+  CompareToCpu(c, batch, /*bf16=*/true, 2e-2, /*scale=*/2.0f);
+}
+
 TEST_F(ModelCudaTest, MemoryReportAndThroughput) {
   ModelConfig c;
   ASSERT_TRUE(DefaultModelConfig(&c).ok());  // d = 64, H = 2, max_history_len 1024, 1M items
