@@ -9,12 +9,13 @@
 //   Stage: the host batch is packed into the slot's pinned buffer and copied
 //     to the slot's device buffer with one async H2D copy on the copy stream,
 //     between two timed events.
-//   Run: the compute stream waits for that copy's event, then runs the steps
-//     of model/forward.h: every intermediate comes from a stream-ordered
-//     memory pool that keeps its memory (no cudaMalloc per batch); GEMMs
-//     through cuBLASLt with bias, ReLU and residual adds in the epilogue.
-//     One D2H copy of the scores into pinned memory, one stream
-//     synchronisation per batch.
+//   Launch (Run = Launch + Wait): the compute stream waits for that copy's
+//     event, then runs the steps of model/forward.h: every intermediate
+//     comes from a stream-ordered memory pool that keeps its memory (no
+//     cudaMalloc per batch) and goes back to it once its last reader is
+//     queued; GEMMs through cuBLASLt with bias, ReLU and residual adds in
+//     the epilogue. One D2H copy of the scores into the slot's pinned
+//     buffer. Wait: one event wait per batch.
 // The attention strategies are CudaJagged, CudaPaddedFlash and
 // CudaPaddedDense below. Stage(a) and Run(b) share only the device, the
 // weights (read-only) and the copy stream handle: Stage touches slots_[a] and

@@ -26,9 +26,9 @@
 // at Create, tables and attention operands in bf16 unless
 // ModelOptions::cuda_bf16 is false; per staging slot a pinned host buffer and
 // a device input buffer, Stage packs the batch into the pinned one and issues
-// one async H2D copy on a copy stream; Run computes on the compute stream
-// with per-batch workspace from a stream-ordered pool that keeps its memory,
-// one D2H copy of the scores, one stream sync).
+// one async H2D copy on a copy stream; Launch queues the pass on the compute
+// stream with per-batch workspace from a stream-ordered pool that keeps its
+// memory, then one D2H copy of the scores; Wait waits for that copy).
 //
 // Thread safety: Forward, Stage and Run are NOT thread-safe in general (they
 // own per-backend workspace, streams and handles). Exactly this concurrency
