@@ -163,8 +163,9 @@ void Executor::ComputeLoop() {
   // this one is waited for: the device then goes from one batch to the next
   // without waiting for this thread to wake up, answer and launch again.
   // With a batch in flight the thread never waits for the next one: when
-  // none is ready, it waits for the one in flight at once. On the CPU backend Launch computes nothing, so a batch
-  // is launched and waited for before the next is taken, as one Run.
+  // none is ready, it waits for the one in flight at once. On the CPU
+  // backend Launch computes nothing, so a batch is launched and waited for
+  // before the next is taken, as one Run.
   std::unique_ptr<Work> in_flight;
   Clock::time_point previous_done = Clock::time_point::min();
   for (;;) {
