@@ -854,6 +854,32 @@ def stage_means(before, after):
     return out
 
 
+def _process_cpu_seconds(pid):
+    """User + system CPU seconds of a live process (its threads included), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _host_cpu_times():
+    """(busy, total) jiffies of the whole host, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def host_description():
+    """The CPU model and its core count: served figures depend on the host's CPU as much as on its GPU."""
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return dict(cpu=model, cores=os.cpu_count())
+
+
 def parse_served_variants(text):
     """'name=SERVER FLAGS|LOADGEN FLAGS|RAMP;...' -> [(name, server flags, loadgen flags, ramp or None)]."""
     variants = []
@@ -882,6 +908,11 @@ def part_served(args, config_path, weights_path, law, per_law, peak, device, sam
             log(f"served {name}: FAILED: {served['error']}")
             if i == 0:
                 raise
+    # A part where no load run came back measured nothing: that is a failure
+    # (each run's own error is in its row).
+    rows = [row for v in report["served_variants"].values() for row in v["ramp"]]
+    if rows and all(row.get("error") for row in rows):
+        raise RuntimeError(f"every served load run failed, e.g. {rows[0]['error']}")
 
 
 def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampler, workdir, served, name,
@@ -924,7 +955,14 @@ def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampl
             row = dict(part="served", variant=name, concurrency=c)
             try:
                 hist_before = _scrape_histograms(metrics_port)
+                # The host's CPU over the whole loadgen run (warm-up included):
+                # the server's share, and the host's in all (loadgen included).
+                server_cpu, host_cpu, t_start = _process_cpu_seconds(server.pid), _host_cpu_times(), time.time()
                 proc = subprocess.run(lcmd, capture_output=True, text=True, timeout=args.part_timeout_s)
+                wall = max(time.time() - t_start, 1e-9)
+                host_busy, host_total = (a - b for a, b in zip(_host_cpu_times(), host_cpu))
+                row["server_cpu_cores"] = (_process_cpu_seconds(server.pid) - server_cpu) / wall
+                row["host_cpu_busy_pct"] = 100.0 * host_busy / max(host_total, 1)
                 row["stages"] = stage_means(hist_before, _scrape_histograms(metrics_port))
                 t_exit = time.time()
                 if proc.returncode != 0 and not os.path.exists(out):
@@ -940,7 +978,9 @@ def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampl
                 row["within_p99"] = row["p99_ms"] <= args.p99_ms and row["errors"] == 0
                 log(f"served {name} c={c}: {row['requests_per_s']:.0f} requests/s, {row['candidates_per_s'] / 1e6:.2f}M "
                     f"candidates/s, p99 {row['p99_ms']:.2f} ms, errors {row['errors']}, GPU busy "
-                    f"{row['gpu_busy_pct'] if row['gpu_busy_pct'] is not None else 'n/a'}; means (warm-up included) "
+                    f"{row['gpu_busy_pct'] if row['gpu_busy_pct'] is not None else 'n/a'}, server "
+                    f"{row['server_cpu_cores']:.1f} cores, loadgen {_fmt(row['client_cpu_cores'], digits=1)} cores, host "
+                    f"CPU {row['host_cpu_busy_pct']:.0f}% busy; means (warm-up included) "
                     + ", ".join(f"{k} {v:.2f}" for k, v in row["stages"].items()))
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {e}"[:400]
@@ -1009,7 +1049,7 @@ def print_table(report):
               f"per candidate (mean kept history {f['mean_history_len']:.0f}); bf16 GEMM peak "
               f"{_fmt(peak.get('tflops'), 1, 0)} TFLOP/s ({peak.get('n', '?')}^3 {peak.get('dtype', '')})")
     head = (f"{'variant':<42} {'R':>4} {'requests/s':>11} {'cand/s':>9} {'ms/batch':>9} {'peak GB':>8} "
-            f"{'smi GiB':>8} {'busy%':>6} {'TFLOP/s':>8} {'%peak':>6}")
+            f"{'smi GiB':>8} {'busy%':>6} {'TFLOP/s':>8} {'%peak':>6} {'srv cores':>9} {'host CPU%':>9}")
     print(head)
     print("-" * len(head))
     for r in summary_rows(report):
@@ -1021,9 +1061,15 @@ def print_table(report):
               f"{_fmt(r.get('candidates_per_s'), 1e6, 2, 'M'):>9} {_fmt(r.get('ms_per_batch'), 1, 3):>9} "
               f"{_fmt(r.get('peak_memory_bytes'), 1e9, 2):>8} {_fmt(smi, 1024, 2):>8} "
               f"{_fmt(r.get('gpu_busy_pct'), 1, 0):>6} {_fmt(r.get('useful_tflops'), 1, 1):>8} "
-              f"{_fmt(r.get('share_of_gemm_peak'), 0.01, 1):>6}")
+              f"{_fmt(r.get('share_of_gemm_peak'), 0.01, 1):>6} {_fmt(r.get('server_cpu_cores'), 1, 1):>9} "
+              f"{_fmt(r.get('host_cpu_busy_pct'), 1, 0):>9}")
     print("peak GB: the twin's torch.cuda.max_memory_allocated; jagrank's weights + peak workspace (bench JSON, "
-          "server /metrics); smi GiB: nvidia-smi memory.used, whole device (this process's CUDA context included)")
+          "server /metrics); smi GiB: nvidia-smi memory.used, whole device (this process's CUDA context included); "
+          "srv cores, host CPU%: the server's CPU and the whole host's busy share during the served run (the load "
+          "generator runs on the same host)")
+    host = report.get("host") or {}
+    if host:
+        print(f"host: {host.get('cpu')}, {host.get('cores')} cores")
     for note in report["notes"]:
         print(f"note: {note}")
     for part, error in report["failures"].items():
@@ -1207,11 +1253,12 @@ def run(args, device, workdir):
         model=dict(name=config.name, config=config_path, embedding_dim=config.embedding_dim,
                    sparse_features=len(config.sparse_features), max_history_len=config.max_history_len),
         law=law.describe(), args={k: v for k, v in vars(args).items()}, device=device,
-        torch=torch.__version__, flops_per_law=per_law, notes=[], failures={})
+        torch=torch.__version__, host=host_description(), flops_per_law=per_law, notes=[], failures={})
     if args.quick:
         report["notes"].append(f"quick: model {config.name} from {config_path}, small batches, short timings "
                                "(exercises the code; the figures mean nothing)")
-    log(f"model {config.name} ({config_path}); {law.describe()}; torch {torch.__version__} on {device}")
+    log(f"model {config.name} ({config_path}); {law.describe()}; torch {torch.__version__} on {device}; host "
+        f"{report['host']['cpu']}, {report['host']['cores']} cores")
     log(f"useful FLOPs: {per_law['per_request'] / 1e6:.2f} MFLOP per request + "
         f"{per_law['per_candidate'] / 1e6:.3f} MFLOP per candidate")
     if torch.device(device).type == "cuda":

@@ -13,6 +13,18 @@ if(JAGRANK_PYTHON)
     LABELS python
     TIMEOUT 120
     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+  # Its served part: the real server and load generator on the tiny model
+  # (startup, the ramp, the /metrics scrapes, the CPU accounting); exit 1 when
+  # that part fails.
+  add_test(NAME python_model_vs_torch_served_quick_test
+           COMMAND ${JAGRANK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/model_vs_torch.py --device cpu --parts served --quick
+                   --server-binary $<TARGET_FILE:jagrank-server> --loadgen-binary $<TARGET_FILE:jagrank-loadgen>
+                   --served-variants "jagged=||4" --loadgen-duration-s 1 --p99-ms 1000
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(python_model_vs_torch_served_quick_test PROPERTIES
+    LABELS python
+    TIMEOUT 120
+    ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 endif()
 # bench/attention_vs_torch.py without torch or a GPU: --dry-run's shape sets,
 # lengths and planned time (<= 3 min), the length laws, and the summary lines
