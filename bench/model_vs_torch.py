@@ -28,7 +28,10 @@ failure still reports the others:
              batches (same laws; its sparse features get 1-4 ids each, its
              fixed law) and, unless the binary takes --model-weights, its own
              random weights from the config's seed (a forward pass costs the
-             same whatever the weight values).
+             same whatever the weight values). Pipelined by default
+             (--pipelined: batch i+1 staged and launched before batch i is
+             waited for, as the server's executor runs the model; the twin's
+             batches are on the device before its timing starts).
   served     jagrank-server (--server-binary) with --model-weights = the file
              the twin wrote, on this host, driven over gRPC by
              jagrank-loadgen (--loadgen-binary, its own requests, same laws,
@@ -731,11 +734,16 @@ def part_inprocess(args, config_path, weights_path, law, per_law, peak, device, 
     binary = args.bench_binary
     if not binary or not os.path.exists(binary):
         raise RuntimeError(f"--bench-binary '{binary}': not found")
-    takes_weights = "model-weights" in _help_text(binary)
+    help_text = _help_text(binary)
+    takes_weights = "model-weights" in help_text
+    pipelined = args.inprocess_pipelined and "pipelined" in help_text
     note = ("jagrank in process: jagrank-bench-model draws its own batches with the same length laws"
             + ("; weights: the same file" if takes_weights else
                "; its weights are random from the config's seed (the binary takes no --model-weights; a "
-               "forward pass costs the same whatever the weight values)"))
+               "forward pass costs the same whatever the weight values)")
+            + ("; pipelined as the server runs the model (batch i+1 staged and launched before batch i is "
+               "waited for; ms/batch is the time between two batches' scores)" if pipelined else
+               "; one batch after the other (each batch's host packing and copy, then its forward pass)"))
     log(note)
     report["notes"].append(note)
     rows = report["inprocess"] = []
@@ -748,6 +756,8 @@ def part_inprocess(args, config_path, weights_path, law, per_law, peak, device, 
                "--duration-s", str(args.duration_s), "--seed", str(args.seed), "--json-out", out]
         if takes_weights:
             cmd += ["--model-weights", weights_path, "--sparse-ids-max", str(law.sparse_ids_max)]
+        if pipelined:
+            cmd.append("--pipelined")
         log("inprocess: " + " ".join(cmd))
         try:
             rc, stderr, row_times = _run_timing_rows(cmd, args.inprocess_attention.split(","), args.part_timeout_s)
@@ -1179,6 +1189,9 @@ def parse_args(argv):
     p.add_argument("--gpu-index", default=None, help="the GPU nvidia-smi samples (default: from --device)")
     p.add_argument("--bench-binary", default=os.path.join(REPO, "build/bin/jagrank-bench-model"))
     p.add_argument("--inprocess-attention", default="jagged", help="jagrank-bench-model --attention")
+    p.add_argument("--inprocess-pipelined", action=argparse.BooleanOptionalAction, default=True,
+                   help="jagrank-bench-model --pipelined: stage and launch the next batch before waiting for the "
+                        "current one, as the server does (the twin's batches are on the device already)")
     p.add_argument("--server-binary", default=os.path.join(REPO, "build/bin/jagrank-server"))
     p.add_argument("--loadgen-binary", default=os.path.join(REPO, "build/bin/jagrank-loadgen"))
     p.add_argument("--server-flags", default=DEFAULT_SERVER_FLAGS, help="extra jagrank-server flags (batching)")

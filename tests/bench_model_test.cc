@@ -61,6 +61,34 @@ TEST(BenchModelTest, RunsEachStrategyForExactlyTheRequestedPasses) {
   std::remove(json_path.c_str());
 }
 
+// --pipelined drives the model as the server does (Stage, Launch of batch
+// i + 1, then Wait for batch i): every timed batch is counted once, with the
+// same candidates as one after the other (same seed, same batches).
+TEST(BenchModelTest, PipelinedCountsEveryBatchOnce) {
+  const std::string common = std::string(JAGRANK_BENCH_MODEL_BINARY) +
+                             " --device cpu --cpu-threads 1 --attention jagged --requests-per-batch 3 --batches 3"
+                             " --candidates-min 5 --candidates-max 9 --history-median 20 --warmup 1 --iterations 5";
+  nlohmann::json runs[2];
+  for (int pipelined = 0; pipelined < 2; ++pipelined) {
+    const std::string json_path = TempPath("pipelined" + std::to_string(pipelined) + ".json");
+    std::string out;
+    ASSERT_EQ(RunCommand(common + (pipelined ? " --pipelined" : "") + " --json-out " + json_path + " 2>&1", &out), 0)
+        << out;
+    runs[pipelined] = nlohmann::json::parse(ReadFile(json_path))["results"][0];
+    std::remove(json_path.c_str());
+  }
+  EXPECT_EQ(runs[0]["pipelined"], false);
+  EXPECT_EQ(runs[1]["pipelined"], true);
+  for (const nlohmann::json& r : runs) {
+    EXPECT_EQ(r["forward_passes"], 5);
+    EXPECT_GT(r["forward_ms"]["p50"].get<double>(), 0);
+  }
+  // Candidates per batch: the totals over the same five batches agree.
+  const double per_pass[2] = {runs[0]["candidates_per_s"].get<double>() / runs[0]["forwards_per_s"].get<double>(),
+                              runs[1]["candidates_per_s"].get<double>() / runs[1]["forwards_per_s"].get<double>()};
+  EXPECT_NEAR(per_pass[1], per_pass[0], 1e-6 * per_pass[0]);
+}
+
 TEST(BenchModelTest, BadFlagsAndStrategiesAreRejectedByName) {
   std::string out;
   EXPECT_EQ(RunCommand(std::string(JAGRANK_BENCH_MODEL_BINARY) + " --requests-per-batch 0 2>&1", &out), 2);

@@ -13,15 +13,16 @@ if(JAGRANK_PYTHON)
     LABELS python
     TIMEOUT 120
     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
-  # Its served part: the real server and load generator on the tiny model
-  # (startup, the ramp, the /metrics scrapes, the CPU accounting); exit 1 when
-  # that part fails.
-  add_test(NAME python_model_vs_torch_served_quick_test
-           COMMAND ${JAGRANK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/model_vs_torch.py --device cpu --parts served --quick
+  # Its jagrank parts on the tiny model: jagrank-bench-model pipelined, and
+  # the real server and load generator (startup, the ramp, the /metrics
+  # scrapes, the CPU accounting); exit 1 when a part fails.
+  add_test(NAME python_model_vs_torch_jagrank_quick_test
+           COMMAND ${JAGRANK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/model_vs_torch.py --device cpu --parts inprocess,served
+                   --quick --bench-binary $<TARGET_FILE:jagrank-bench-model>
                    --server-binary $<TARGET_FILE:jagrank-server> --loadgen-binary $<TARGET_FILE:jagrank-loadgen>
                    --served-variants "jagged=||4" --loadgen-duration-s 1 --p99-ms 1000
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(python_model_vs_torch_served_quick_test PROPERTIES
+  set_tests_properties(python_model_vs_torch_jagrank_quick_test PROPERTIES
     LABELS python
     TIMEOUT 120
     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
