@@ -15,7 +15,10 @@ if(JAGRANK_PYTHON)
     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
   # Its jagrank parts on the tiny model: jagrank-bench-model pipelined, and
   # the real server and load generator (startup, the ramp, the /metrics
-  # scrapes, the CPU accounting); exit 1 when a part fails.
+  # scrapes, the CPU accounting); exit 1 when a part fails. Only where those
+  # binaries are built (JAGRANK_BUILD_BENCH; the TSan build leaves them out).
+endif()
+if(JAGRANK_PYTHON AND JAGRANK_BUILD_BENCH)
   add_test(NAME python_model_vs_torch_jagrank_quick_test
            COMMAND ${JAGRANK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/model_vs_torch.py --device cpu --parts inprocess,served
                    --quick --bench-binary $<TARGET_FILE:jagrank-bench-model>
