@@ -30,6 +30,11 @@ Self-attention (bf16, B sequences, H heads of D dims):
   sdpa_mask    padded, SDPA with a boolean key-padding mask (not on full rows)
   cudnn        padded, SDPA cuDNN backend, no mask (computes the padding)
   varlen_fa2   packed + cu_seqlens, torch.ops.aten._flash_attention_forward
+  jagrank_cp_async  with --kv-copy-ab: jagrank again with the Hopper kernel's
+               K/V tiles copied by cp.async instead of TMA
+               (JAGRANK_FLASH_KV_COPY=cp_async, read per launch), in the
+               same process on the same inputs; a summary line gives the
+               cp.async time over the TMA time per shape
 On full-length rows there is no padding: dense, sdpa_flash and cudnn run on
 the packed tensors viewed as [B, H, N, D] (no copy, no mask), so "cudnn"
 there is cuDNN SDPA on exactly our work.
@@ -139,6 +144,7 @@ RATE_TFLOPS = {
 }
 HBM_BYTES_PER_MS = 3.0e9  # ~3 TB/s sustained: padding copies and dense scores
 MAX_VARIANT_S = 6.0  # padded variants whose timing is estimated longer are skipped
+KV_COPY_AB = False  # --kv-copy-ab: also time jagrank_cp_async
 MAX_DENSE_BYTES = 20e9  # the dense variant's scores and padded copies
 SHAPE_OVERHEAD_S = 0.4  # inputs, index tensors, the error check, empty_cache per shape
 CHECK_S = 5.0  # check_against_sdpa
@@ -233,8 +239,11 @@ def dense_bytes(shape):
 def plan_self(shape, L, skip):
     """[(variant, estimated ms, reason it is skipped or None)] in timing order."""
     plan = []
-    for name in ("jagrank", "dense", "sdpa_flash", "sdpa_mask", "cudnn", "varlen_fa2"):
-        ms = estimate_ms(name, shape, L)
+    names = ["jagrank", "dense", "sdpa_flash", "sdpa_mask", "cudnn", "varlen_fa2"]
+    if KV_COPY_AB:
+        names.insert(1, "jagrank_cp_async")
+    for name in names:
+        ms = estimate_ms("jagrank" if name == "jagrank_cp_async" else name, shape, L)
         reason = None
         if name in skip:
             reason = "--skip"
@@ -242,7 +251,7 @@ def plan_self(shape, L, skip):
             reason = "full length: no padding to mask"
         elif name == "dense" and dense_bytes(shape) > MAX_DENSE_BYTES:
             reason = f"needs ~{dense_bytes(shape) / 1e9:.0f} GB > {MAX_DENSE_BYTES / 1e9:.0f} GB"
-        elif name not in ("jagrank", "varlen_fa2") and bench_seconds(ms) > MAX_VARIANT_S:
+        elif name not in ("jagrank", "jagrank_cp_async", "varlen_fa2") and bench_seconds(ms) > MAX_VARIANT_S:
             reason = f"est {bench_seconds(ms):.1f} s > {MAX_VARIANT_S:g} s"
         plan.append((name, ms, reason))
     return plan
@@ -488,8 +497,8 @@ def run_self(lib, dev, shapes, skip, seed):
 
         flops = 4.0 * float((L.double() ** 2).sum()) * H * D
         err = rel_err(ours(), varlen())
-        fns = dict(jagrank=ours, dense=dense, sdpa_flash=sdpa_flash, sdpa_mask=sdpa_mask, cudnn=cudnn,
-                   varlen_fa2=varlen)
+        fns = dict(jagrank=ours, jagrank_cp_async=ours, dense=dense, sdpa_flash=sdpa_flash, sdpa_mask=sdpa_mask,
+                   cudnn=cudnn, varlen_fa2=varlen)
         for name, est_ms, reason in plan:
             if reason == "--skip":
                 continue
@@ -500,11 +509,18 @@ def run_self(lib, dev, shapes, skip, seed):
                 row.update(skipped=reason)
                 rows.append(row)
                 continue
+            if name == "jagrank_cp_async":
+                by_tma = ours().clone()
+                os.environ["JAGRANK_FLASH_KV_COPY"] = "cp_async"
             try:
+                if name == "jagrank_cp_async":
+                    row.update(rel_vs_tma=rel_err(ours(), by_tma))
                 ms = bench(fns[name])
                 row.update(ms=ms, tflops=flops / ms / 1e9, peak_mib=peak_mem(fns[name]) / 2**20)
             except Exception as ex:  # a variant that cannot run this shape (e.g. out of memory)
                 row.update(error=str(ex).splitlines()[0][:120])
+            finally:
+                os.environ.pop("JAGRANK_FLASH_KV_COPY", None)
             rows.append(row)
             torch.cuda.empty_cache()
         print(f"{shape.text()}: done (rel err vs varlen_fa2 {err:.2e})", flush=True)
@@ -607,9 +623,16 @@ def summary_lines(rows):
                 and row_text(r) in ours]
     long_d128 = [(r["tflops"], row_text(r)) for r in ours.values()
                  if r["kind"] == "self" and r["D"] == 128 and r["N"] >= 4096]
-    return [f"min speedup vs varlen_fa2: {extreme(min, vs_fa2)}",
-            f"full-length vs cudnn: min {extreme(min, vs_cudnn)}",
-            f"D=128 long-sequence TFLOP/s: max {extreme(max, long_d128)}"]
+    lines = [f"min speedup vs varlen_fa2: {extreme(min, vs_fa2)}",
+             f"full-length vs cudnn: min {extreme(min, vs_cudnn)}",
+             f"D=128 long-sequence TFLOP/s: max {extreme(max, long_d128)}"]
+    vs_cp_async = [(r["ms"] / ours[row_text(r)]["ms"], row_text(r)) for r in rows
+                   if r["variant"] == "jagrank_cp_async" and timed(r) and row_text(r) in ours]
+    if vs_cp_async:
+        geomean = math.exp(sum(math.log(v) for v, _ in vs_cp_async) / len(vs_cp_async))
+        lines.append(f"cp.async over TMA K/V copies: min {extreme(min, vs_cp_async)}, "
+                     f"max {extreme(max, vs_cp_async)}, geomean {geomean:.3f}")
+    return lines
 
 
 def print_table(rows):
@@ -632,6 +655,8 @@ def print_table(rows):
         mine = ours.get(row_text(r))
         speedup = r["ms"] / mine["ms"] if mine else float("nan")
         mark = "" if r["variant"] == "jagrank" else f"{speedup:7.2f}"
+        if "rel_vs_tma" in r:
+            mark += f" (vs TMA rel err {r['rel_vs_tma']:.1e})"
         lines.append(f"{head} {r['variant']:>12} {r['ms']:9.3f} {r['tflops']:8.1f} {r['peak_mib']:9.1f} {mark:>7}")
     lines.extend(summary_lines(rows))
     print("\n".join(lines))
@@ -687,7 +712,11 @@ def main():
     ap.add_argument("--dry-run", action="store_true",
                     help="print the shapes, their tokens, work and the planned time; no torch, no GPU")
     ap.add_argument("--from-json", default=None, help="print the table (and --plot) of a saved run instead of running")
+    ap.add_argument("--kv-copy-ab", action="store_true",
+                    help="also time jagrank with cp.async K/V copies (jagrank_cp_async) on the self shapes")
     a = ap.parse_args()
+    global KV_COPY_AB
+    KV_COPY_AB = a.kv_copy_ab
     skip = set(s for s in a.skip.split(",") if s)
     self_shapes, target_shapes = selected_shapes(a.shapes, a.quick)
     if a.dry_run:

@@ -431,6 +431,83 @@ TEST_F(FlashAttentionGpuTest, EveryChosenKernelMatchesReference) {
   }
 }
 
+// The wgmma kernel copies whole key tiles by TMA and a sequence's last,
+// partial tile by zero-filling cp.async (flash_traits.h, kTmaKv). Sequence 0
+// ends inside a tile (1000 keys: 40 or 104 past the last whole tile of 64 or
+// 128) and sequence 1, right after it in memory, has NaN values: a box read
+// past sequence 0's end would pull NaN rows in, and NaN times a zero
+// probability is NaN. Sequence 0's rows must match the reference of
+// sequence 0 alone, and both copy paths must give the same bits.
+TEST_F(FlashAttentionGpuTest, KvTilesNeverReadTheNextSequence) {
+  std::mt19937_64 rng(71);
+  for (int head_dim : kFlashSupportedHeadDims) {
+    SCOPED_TRACE("D=" + std::to_string(head_dim));
+    const int heads = 2;
+    const int64_t width = int64_t{heads} * head_dim;
+    const int64_t stride = 3 * width;  // fused QKV, as the model's projection writes it
+    const std::vector<int32_t> lengths = {1000, 192};
+    const std::vector<int32_t> offsets = OffsetsFromLengths(lengths);
+    const int64_t tokens = offsets.back();
+    std::vector<float> qkv = RandomOperand(rng, tokens * stride, DType::kBFloat16);
+    for (int64_t t = offsets[1]; t < tokens; ++t) {
+      for (int64_t col = 2 * width; col < 3 * width; ++col) qkv[t * stride + col] = NAN;
+    }
+    AttentionParams params = {};
+    params.dtype = DType::kBFloat16;
+    params.q_row_stride = params.k_row_stride = params.v_row_stride = stride;
+    params.o_row_stride = width;
+    params.num_heads = heads;
+    params.head_dim = head_dim;
+    params.max_q_len = params.max_k_len = 1000;
+    params.softmax_scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+
+    // Reference: sequence 0 alone.
+    std::vector<float> ref(lengths[0] * width);
+    {
+      const std::vector<int32_t> first = {0, lengths[0]};
+      AttentionParams cpu = params;
+      cpu.dtype = DType::kFloat32;
+      cpu.batch = 1;
+      cpu.q = qkv.data();
+      cpu.k = qkv.data() + width;
+      cpu.v = qkv.data() + 2 * width;
+      cpu.o = ref.data();
+      cpu.q_offsets = cpu.k_offsets = first.data();
+      const Status status = JaggedAttentionReferenceCpu(cpu);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+    }
+    const std::vector<unsigned char> bytes = ToDeviceBytes(qkv, DType::kBFloat16);
+    DeviceBuffer d_qkv(bytes.size()), d_o(tokens * width * 2), d_off(offsets.size() * 4);
+    ASSERT_CUDA(cudaMemcpy(d_qkv.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(d_off.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+    auto* base = static_cast<unsigned char*>(d_qkv.get());
+    params.batch = 2;
+    params.q = base;
+    params.k = base + width * 2;
+    params.v = base + 2 * width * 2;
+    params.o = d_o.get();
+    params.q_offsets = params.k_offsets = static_cast<const int32_t*>(d_off.get());
+
+    std::vector<std::vector<float>> outputs;
+    for (const char* copy : {"tma", "cp_async"}) {
+      ASSERT_EQ(setenv("JAGRANK_FLASH_KV_COPY", copy, 1), 0);
+      ASSERT_CUDA(cudaMemset(d_o.get(), 0xff, d_o.bytes()));
+      const Status status = JaggedAttentionCuda(params, nullptr);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      std::vector<unsigned char> out(lengths[0] * width * 2);
+      ASSERT_CUDA(cudaMemcpy(out.data(), d_o.get(), out.size(), cudaMemcpyDeviceToHost));
+      outputs.push_back(FromDeviceBytes(out, DType::kBFloat16));
+      SCOPED_TRACE(copy);
+      EXPECT_EQ(testing::CountNonFinite(outputs.back()), 0) << "NaN from the next sequence, or unwritten rows";
+      EXPECT_LE(testing::RelativeError(outputs.back(), ref), kBf16Tolerance);
+    }
+    ASSERT_EQ(unsetenv("JAGRANK_FLASH_KV_COPY"), 0);
+    EXPECT_EQ(std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(float)), 0)
+        << "TMA and cp.async copies gave different outputs";
+  }
+}
+
 // Argument errors are found on the host, before any CUDA call: these run
 // without a device too.
 AttentionParams ValidLookingParams() {

@@ -26,7 +26,7 @@ inline float ScaleLog2(const AttentionParams& params) {
   return params.softmax_scale * 1.4426950408889634f;  // log2(e): exp(x) = 2^(x log2 e)
 }
 
-// A bf16 kernel: (params, scale_log2, maybe_order).
+// An mma.sync kernel: (params, scale_log2, maybe_order).
 using FlashBf16KernelFn = void (*)(const AttentionParams, const float, const int*);
 
 // Launches kKernel with Traits' block and dynamic shared memory; a
@@ -58,20 +58,17 @@ inline bool UseLongestFirst(const AttentionParams& params) {
   return params.batch > 1 && work_bound >= kLongestFirstMinWork;
 }
 
-// kKernel in longest-first order where UseLongestFirst, else in batch order.
-template <typename Traits, FlashBf16KernelFn kKernel>
-Status LaunchFlashScheduled(const AttentionParams& params, cudaStream_t stream) {
-  if (UseLongestFirst(params)) {
-    return LaunchWithLongestFirstOrder(params, stream, &LaunchFlashTiles<Traits, kKernel>);
-  }
-  return LaunchFlashTiles<Traits, kKernel>(params, stream, nullptr);
+// `launch` in longest-first order where UseLongestFirst, else in batch order.
+inline Status LaunchFlashScheduled(const AttentionParams& params, cudaStream_t stream, FlashOrderedLaunch launch) {
+  if (UseLongestFirst(params)) return LaunchWithLongestFirstOrder(params, stream, launch);
+  return launch(params, stream, nullptr);
 }
 
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm80(const AttentionParams& params, cudaStream_t stream) {
   static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm80, kHeadDim), "no long-keys tile here");
   using Traits = FlashBf16Traits<kHeadDim, kLongKeys>;
-  return LaunchFlashScheduled<Traits, &FlashAttentionBf16Kernel<Traits>>(params, stream);
+  return LaunchFlashScheduled(params, stream, &LaunchFlashTiles<Traits, &FlashAttentionBf16Kernel<Traits>>);
 }
 
 template <int kHeadDim>

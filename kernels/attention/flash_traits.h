@@ -63,8 +63,8 @@ struct FlashBf16Traits {
 // O += P V, V read as a transposed (MN-major) B operand. Tiles live in shared
 // memory in the swizzled layout the wgmma descriptors name (rows of
 // kSwizzleBytes, 16-byte chunks XOR-permuted by row), double-buffered with
-// cp.async.
-template <int kHeadDim_, bool kLongKeys_>
+// cp.async, or by TMA (kTmaKv_).
+template <int kHeadDim_, bool kLongKeys_, bool kTmaKv_>
 struct FlashWgmmaTraits {
   static constexpr const char* kKernelName = "FlashAttentionWgmmaKernel";
   static constexpr FlashTile kTile = FlashTileSize(FlashArch::kSm90, kHeadDim_, kLongKeys_);
@@ -76,6 +76,14 @@ struct FlashWgmmaTraits {
   static constexpr int kMinBlocksPerSm = kTile.min_blocks;
   // K/V tiles in shared memory; one is loading while the other is computed on.
   static constexpr int kStages = 2;
+  // Whole key tiles go to shared memory by TMA: one thread issues a bulk
+  // tensor copy per column block of K and V, completing on the stage's
+  // mbarrier, instead of every thread issuing a cp.async per 16 bytes (the
+  // copies' address and issue instructions were a large part of a kernel
+  // bound by its integer instructions). A sequence's last, partial tile
+  // keeps the zero-filling cp.async copies, so no key row of another
+  // sequence is ever read.
+  static constexpr bool kTmaKv = kTmaKv_;
   // Tile 0's K/V copies are issued behind a check that always passes
   // (n_blocks >= 1), so the compiler does not carry the prologue's per-thread
   // copy addresses through the key loop in vector registers: each tile
@@ -102,7 +110,8 @@ struct FlashWgmmaTraits {
   static constexpr int kKvTileBytes = kBlockN * kHeadDim * 2;
   // + 1024: the dynamic shared memory base is rounded up to the swizzle
   // pattern's 1024-byte period.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvTileBytes + 1024;
+  // + 16 per stage: the TMA variant's mbarriers, after the V stages.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvTileBytes + 1024 + (kTmaKv ? 16 * kStages : 0);
 
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "wgmma kernel: head_dim 32, 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128 (S = Q K^T)");

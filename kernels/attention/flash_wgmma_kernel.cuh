@@ -17,6 +17,7 @@
 
 #include "kernels/attention/attention_params.h"
 #include "kernels/attention/flash_kernel.cuh"
+#include "kernels/attention/flash_tensor_maps.h"
 #include "kernels/attention/flash_traits.h"
 
 namespace jagrank {
@@ -82,6 +83,39 @@ __device__ __forceinline__ void WgmmaWait() {
 __device__ __forceinline__ void FenceProxyAsyncShared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// mbarriers (PTX ISA, "mbarrier") for the TMA copies: one per K/V stage,
+// one expected arrival (the issuing thread's arrive.expect_tx) plus the
+// copies' transaction bytes per phase.
+__device__ __forceinline__ void MbarrierInit(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (the TMA unit).
+__device__ __forceinline__ void FenceMbarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void MbarrierArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Returns once the barrier's phase of the given parity has completed.
+__device__ __forceinline__ void MbarrierWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Box (column, row) of the 2D tensor map -> shared memory, completing on bar.
+__device__ __forceinline__ void TmaLoad2d(uint32_t smem, const CUtensorMap* map, int column, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(smem),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(bar)
+      : "memory");
+}
+
 // Pins registers at this point of the program: the compiler may not move
 // their reads or writes across it (wgmma reads and writes them
 // asynchronously, which the compiler does not see).
@@ -182,10 +216,12 @@ __device__ __forceinline__ void WgmmaRS<64>(float (&d)[32], const uint32_t (&a)[
 // ------------------------------------------------------------------ kernel
 
 // maybe_order (optional, [batch]): the sequences in the order their CTAs
-// should start, longest first; null = batch order.
+// should start, longest first; null = batch order. maps: K and V tensor maps
+// (read only where Traits::kTmaKv).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    FlashAttentionWgmmaKernel(const AttentionParams p, const float scale_log2, const int* __restrict__ maybe_order) {
+    FlashAttentionWgmmaKernel(const AttentionParams p, const float scale_log2, const int* __restrict__ maybe_order,
+                              const __grid_constant__ FlashKvMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kD = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
@@ -227,6 +263,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const uint32_t q_address = SmemAddress(s_q);
   const uint32_t k_address = SmemAddress(s_k);
   const uint32_t v_address = SmemAddress(s_v);
+  const uint32_t bar_address = v_address + Traits::kStages * Traits::kKvTileBytes;  // kTmaKv: 8 bytes per stage
 
   const __nv_bfloat16* q_tile =
       static_cast<const __nv_bfloat16*>(p.q) + (q_start + m0) * p.q_row_stride + h * kD;
@@ -280,9 +317,41 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   };
   const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
+  // kTmaKv: tiles 0 .. n_full - 1 lie wholly inside the sequence and go by
+  // TMA; tile n_block uses stage n_block % kStages, whose barrier completes
+  // its (n_block / kStages)-th phase then. A last, partial tile goes by
+  // cp.async like every tile of the other variant.
+  const int n_full = k_len / kBlockN;
+  auto issue_tile = [&](int n_block, int stage) {
+    if constexpr (Traits::kTmaKv) {
+      if (n_block < n_full) {
+        if (tid == 0) {
+          const uint32_t bar = bar_address + stage * 8;
+          MbarrierArriveExpectTx(bar, 2 * Traits::kKvTileBytes);
+          const int row = k_start + n_block * kBlockN;
+#pragma unroll
+          for (int cb = 0; cb < Traits::kColBlocks; ++cb) {
+            const uint32_t offset = stage * Traits::kKvTileBytes + cb * kBlockN * kSw;
+            TmaLoad2d(k_address + offset, &maps.k, h * kD + cb * (kSw / 2), row, bar);
+            TmaLoad2d(v_address + offset, &maps.v, h * kD + cb * (kSw / 2), row, bar);
+          }
+        }
+        return;
+      }
+    }
+    load_kv(n_block, stage);
+  };
+  if constexpr (Traits::kTmaKv) {
+    if (tid == 0) {
+#pragma unroll
+      for (int stage = 0; stage < kStages; ++stage) MbarrierInit(bar_address + stage * 8, 1);
+      FenceMbarrierInit();
+    }
+    __syncthreads();  // the barriers are initialised before any thread waits on them
+  }
   // Prologue: tile 0 in one cp.async group (Q rides with it); behind an
   // always-true check where Traits::kRecomputeCopyAddresses (see there).
-  if (!Traits::kRecomputeCopyAddresses || 0 < n_blocks) load_kv(0, 0);
+  if (!Traits::kRecomputeCopyAddresses || 0 < n_blocks) issue_tile(0, 0);
   CpAsyncCommit();
 
   // Warpgroups whose rows all lie past the sequence's end only help with copies.
@@ -336,10 +405,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // of the next tile into the stage no warpgroup reads any more (tile
   // n_block - 1's: its P V was waited for before this barrier).
   auto next_tile = [&](int n_block) {
-    CpAsyncWait<0>();  // this thread's copies of tile n_block have landed
+    CpAsyncWait<0>();  // this thread's copies of tile n_block (and Q) have landed
+    if constexpr (Traits::kTmaKv) {
+      if (n_block < n_full) MbarrierWait(bar_address + (n_block % kStages) * 8, (n_block / kStages) & 1);
+    }
     FenceProxyAsyncShared();
     __syncthreads();
-    if (n_block + 1 < n_blocks) load_kv(n_block + 1, (n_block + 1) % kStages);
+    if (n_block + 1 < n_blocks) issue_tile(n_block + 1, (n_block + 1) % kStages);
     CpAsyncCommit();
   };
   // S = Q K^T: [64 x kBlockN] per warpgroup, kKSteps wgmmas of k16. The
