@@ -32,9 +32,12 @@ Self-attention (bf16, B sequences, H heads of D dims):
   varlen_fa2   packed + cu_seqlens, torch.ops.aten._flash_attention_forward
   jagrank_cp_async  with --kv-copy-ab: jagrank again with the Hopper kernel's
                K/V tiles copied by cp.async instead of TMA
-               (JAGRANK_FLASH_KV_COPY=cp_async, read per launch), in the
-               same process on the same inputs; a summary line gives the
-               cp.async time over the TMA time per shape
+               (JAGRANK_FLASH_KV_COPY=cp_async, read per launch)
+  jagrank_grid with --schedule-ab: jagrank again with one CTA per query tile
+               of the longest sequence instead of persistent CTAs over the
+               list of tiles (JAGRANK_FLASH_SCHEDULE=grid, read per launch)
+               Each A/B variant runs in the same process on the same inputs;
+               a summary line gives its time over jagrank's per shape
 On full-length rows there is no padding: dense, sdpa_flash and cudnn run on
 the packed tensors viewed as [B, H, N, D] (no copy, no mask), so "cudnn"
 there is cuDNN SDPA on exactly our work.
@@ -144,7 +147,13 @@ RATE_TFLOPS = {
 }
 HBM_BYTES_PER_MS = 3.0e9  # ~3 TB/s sustained: padding copies and dense scores
 MAX_VARIANT_S = 6.0  # padded variants whose timing is estimated longer are skipped
-KV_COPY_AB = False  # --kv-copy-ab: also time jagrank_cp_async
+# Same-process A/B variants of jagrank on the self shapes: name -> (flag,
+# environment variable, value, what it changes for the summary line).
+AB_VARIANTS = {
+    "jagrank_cp_async": ("kv_copy_ab", "JAGRANK_FLASH_KV_COPY", "cp_async", "cp.async over TMA K/V copies"),
+    "jagrank_grid": ("schedule_ab", "JAGRANK_FLASH_SCHEDULE", "grid", "one CTA per tile over persistent CTAs"),
+}
+AB_SELECTED = []  # the AB_VARIANTS names to time (--kv-copy-ab, --schedule-ab)
 MAX_DENSE_BYTES = 20e9  # the dense variant's scores and padded copies
 SHAPE_OVERHEAD_S = 0.4  # inputs, index tensors, the error check, empty_cache per shape
 CHECK_S = 5.0  # check_against_sdpa
@@ -240,10 +249,9 @@ def plan_self(shape, L, skip):
     """[(variant, estimated ms, reason it is skipped or None)] in timing order."""
     plan = []
     names = ["jagrank", "dense", "sdpa_flash", "sdpa_mask", "cudnn", "varlen_fa2"]
-    if KV_COPY_AB:
-        names.insert(1, "jagrank_cp_async")
+    names[1:1] = AB_SELECTED
     for name in names:
-        ms = estimate_ms("jagrank" if name == "jagrank_cp_async" else name, shape, L)
+        ms = estimate_ms("jagrank" if name in AB_VARIANTS else name, shape, L)
         reason = None
         if name in skip:
             reason = "--skip"
@@ -251,7 +259,7 @@ def plan_self(shape, L, skip):
             reason = "full length: no padding to mask"
         elif name == "dense" and dense_bytes(shape) > MAX_DENSE_BYTES:
             reason = f"needs ~{dense_bytes(shape) / 1e9:.0f} GB > {MAX_DENSE_BYTES / 1e9:.0f} GB"
-        elif name not in ("jagrank", "jagrank_cp_async", "varlen_fa2") and bench_seconds(ms) > MAX_VARIANT_S:
+        elif name not in ("jagrank", "varlen_fa2") and name not in AB_VARIANTS and bench_seconds(ms) > MAX_VARIANT_S:
             reason = f"est {bench_seconds(ms):.1f} s > {MAX_VARIANT_S:g} s"
         plan.append((name, ms, reason))
     return plan
@@ -497,7 +505,7 @@ def run_self(lib, dev, shapes, skip, seed):
 
         flops = 4.0 * float((L.double() ** 2).sum()) * H * D
         err = rel_err(ours(), varlen())
-        fns = dict(jagrank=ours, jagrank_cp_async=ours, dense=dense, sdpa_flash=sdpa_flash, sdpa_mask=sdpa_mask,
+        fns = dict(jagrank=ours, jagrank_cp_async=ours, jagrank_grid=ours, dense=dense, sdpa_flash=sdpa_flash, sdpa_mask=sdpa_mask,
                    cudnn=cudnn, varlen_fa2=varlen)
         for name, est_ms, reason in plan:
             if reason == "--skip":
@@ -509,18 +517,20 @@ def run_self(lib, dev, shapes, skip, seed):
                 row.update(skipped=reason)
                 rows.append(row)
                 continue
-            if name == "jagrank_cp_async":
-                by_tma = ours().clone()
-                os.environ["JAGRANK_FLASH_KV_COPY"] = "cp_async"
+            ab = AB_VARIANTS.get(name)
+            if ab is not None:
+                by_default = ours().clone()
+                os.environ[ab[1]] = ab[2]
             try:
-                if name == "jagrank_cp_async":
-                    row.update(rel_vs_tma=rel_err(ours(), by_tma))
+                if ab is not None:
+                    row.update(rel_vs_jagrank=rel_err(ours(), by_default))
                 ms = bench(fns[name])
                 row.update(ms=ms, tflops=flops / ms / 1e9, peak_mib=peak_mem(fns[name]) / 2**20)
             except Exception as ex:  # a variant that cannot run this shape (e.g. out of memory)
                 row.update(error=str(ex).splitlines()[0][:120])
             finally:
-                os.environ.pop("JAGRANK_FLASH_KV_COPY", None)
+                if ab is not None:
+                    os.environ.pop(ab[1], None)
             rows.append(row)
             torch.cuda.empty_cache()
         print(f"{shape.text()}: done (rel err vs varlen_fa2 {err:.2e})", flush=True)
@@ -626,12 +636,12 @@ def summary_lines(rows):
     lines = [f"min speedup vs varlen_fa2: {extreme(min, vs_fa2)}",
              f"full-length vs cudnn: min {extreme(min, vs_cudnn)}",
              f"D=128 long-sequence TFLOP/s: max {extreme(max, long_d128)}"]
-    vs_cp_async = [(r["ms"] / ours[row_text(r)]["ms"], row_text(r)) for r in rows
-                   if r["variant"] == "jagrank_cp_async" and timed(r) and row_text(r) in ours]
-    if vs_cp_async:
-        geomean = math.exp(sum(math.log(v) for v, _ in vs_cp_async) / len(vs_cp_async))
-        lines.append(f"cp.async over TMA K/V copies: min {extreme(min, vs_cp_async)}, "
-                     f"max {extreme(max, vs_cp_async)}, geomean {geomean:.3f}")
+    for name, (_, _, _, what) in AB_VARIANTS.items():
+        ratios = [(r["ms"] / ours[row_text(r)]["ms"], row_text(r)) for r in rows
+                  if r["variant"] == name and timed(r) and row_text(r) in ours]
+        if ratios:
+            geomean = math.exp(sum(math.log(v) for v, _ in ratios) / len(ratios))
+            lines.append(f"{what}: min {extreme(min, ratios)}, max {extreme(max, ratios)}, geomean {geomean:.3f}")
     return lines
 
 
@@ -655,8 +665,8 @@ def print_table(rows):
         mine = ours.get(row_text(r))
         speedup = r["ms"] / mine["ms"] if mine else float("nan")
         mark = "" if r["variant"] == "jagrank" else f"{speedup:7.2f}"
-        if "rel_vs_tma" in r:
-            mark += f" (vs TMA rel err {r['rel_vs_tma']:.1e})"
+        if "rel_vs_jagrank" in r:
+            mark += f" (vs jagrank rel err {r['rel_vs_jagrank']:.1e})"
         lines.append(f"{head} {r['variant']:>12} {r['ms']:9.3f} {r['tflops']:8.1f} {r['peak_mib']:9.1f} {mark:>7}")
     lines.extend(summary_lines(rows))
     print("\n".join(lines))
@@ -714,9 +724,10 @@ def main():
     ap.add_argument("--from-json", default=None, help="print the table (and --plot) of a saved run instead of running")
     ap.add_argument("--kv-copy-ab", action="store_true",
                     help="also time jagrank with cp.async K/V copies (jagrank_cp_async) on the self shapes")
+    ap.add_argument("--schedule-ab", action="store_true",
+                    help="also time jagrank with one CTA per tile (jagrank_grid) on the self shapes")
     a = ap.parse_args()
-    global KV_COPY_AB
-    KV_COPY_AB = a.kv_copy_ab
+    AB_SELECTED[:] = [name for name, (flag, _, _, _) in AB_VARIANTS.items() if getattr(a, flag)]
     skip = set(s for s in a.skip.split(",") if s)
     self_shapes, target_shapes = selected_shapes(a.shapes, a.quick)
     if a.dry_run:

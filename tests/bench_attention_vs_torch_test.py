@@ -146,6 +146,27 @@ class FromJsonTest(unittest.TestCase):
         self.assertTrue(any("uniform fill=0.5" in line for line in out), out)
         self.assertTrue(any("skipped: est 9 s > 6 s" in line for line in out), out)
 
+    def test_ab_variant_summary_lines(self):
+        def row(variant, ms, B):
+            return dict(kind="self", B=B, N=4096, H=2, D=64, law="zipf", law_label="zipf s=1.5", fill=None,
+                        variant=variant, ms=ms, tflops=1.0, peak_mib=1.0, rel_vs_fa2=1e-3)
+
+        rows = [row("jagrank", 1.0, 512), row("jagrank_grid", 1.5, 512), row("jagrank_cp_async", 1.1, 512),
+                dict(row("jagrank_grid", 1.0, 1024), rel_vs_jagrank=0.0), row("jagrank", 2.0, 1024),
+                dict(row("jagrank_cp_async", 1.0, 1024), error="out of memory")]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "rows.json")
+            with open(path, "w") as f:
+                json.dump(rows, f)
+            out = run("--from-json", path).splitlines()
+        self.assertEqual(out[-2:], [
+            "cp.async over TMA K/V copies: min 1.10 (shape self B=512 N=4096 H=2 D=64 zipf s=1.5), "
+            "max 1.10 (shape self B=512 N=4096 H=2 D=64 zipf s=1.5), geomean 1.100",
+            "one CTA per tile over persistent CTAs: min 0.50 (shape self B=1024 N=4096 H=2 D=64 zipf s=1.5), "
+            "max 1.50 (shape self B=512 N=4096 H=2 D=64 zipf s=1.5), geomean 0.866",
+        ])
+        self.assertTrue(any("(vs jagrank rel err 0.0e+00)" in line for line in out), out)
+
     def test_summary_without_rows_of_a_kind(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "rows.json")

@@ -508,6 +508,68 @@ TEST_F(FlashAttentionGpuTest, KvTilesNeverReadTheNextSequence) {
   }
 }
 
+// Where the longest-first schedule runs, the wgmma kernel's persistent CTAs
+// take the listed tiles one after another (flash_wgmma_kernel.cuh), carrying
+// the TMA barriers' phases from tile to tile. Heavy-tailed lengths (most
+// sequences one tile, a few of many, some without queries) on one stream:
+// two persistent launches in a row (the second reuses the list's counter)
+// and the grid launch (JAGRANK_FLASH_SCHEDULE=grid) must give the same bits
+// in every row, and every row finite. LongestFirstOrderKeepsEachSequenceInPlace
+// checks the persistent launch against the reference.
+TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
+  if (!FlashWgmmaAvailable()) GTEST_SKIP() << "the persistent launch is the wgmma kernel's";
+  std::mt19937_64 rng(83);
+  for (int head_dim : kFlashSupportedHeadDims) {
+    SCOPED_TRACE("D=" + std::to_string(head_dim));
+    const int heads = 2;
+    const int64_t width = int64_t{heads} * head_dim;
+    const int64_t stride = 3 * width;
+    std::vector<int32_t> lengths(300);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (int32_t& n : lengths) n = static_cast<int32_t>(std::min(3000.0, 20.0 / std::pow(1.0 - unit(rng), 1.2)));
+    lengths[7] = 3000;
+    lengths[100] = lengths[101] = 0;
+    const std::vector<int32_t> offsets = OffsetsFromLengths(lengths);
+    const int64_t tokens = offsets.back();
+    const std::vector<unsigned char> bytes =
+        ToDeviceBytes(RandomOperand(rng, tokens * stride, DType::kBFloat16), DType::kBFloat16);
+    DeviceBuffer d_qkv(bytes.size()), d_o(tokens * width * 2), d_off(offsets.size() * 4);
+    ASSERT_CUDA(cudaMemcpy(d_qkv.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(d_off.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+    auto* base = static_cast<unsigned char*>(d_qkv.get());
+    AttentionParams params = {};
+    params.dtype = DType::kBFloat16;
+    params.q_row_stride = params.k_row_stride = params.v_row_stride = stride;
+    params.o_row_stride = width;
+    params.num_heads = heads;
+    params.head_dim = head_dim;
+    params.max_q_len = params.max_k_len = 3000;
+    params.softmax_scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    params.batch = static_cast<int>(lengths.size());
+    params.q = base;
+    params.k = base + width * 2;
+    params.v = base + 2 * width * 2;
+    params.o = d_o.get();
+    params.q_offsets = params.k_offsets = static_cast<const int32_t*>(d_off.get());
+
+    std::vector<std::vector<unsigned char>> outputs;
+    for (const char* schedule : {"persistent", "persistent", "grid"}) {
+      ASSERT_EQ(setenv("JAGRANK_FLASH_SCHEDULE", schedule, 1), 0);
+      ASSERT_CUDA(cudaMemset(d_o.get(), 0xff, d_o.bytes()));
+      const Status status = JaggedAttentionCuda(params, nullptr);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      outputs.emplace_back(d_o.bytes());
+      ASSERT_CUDA(cudaMemcpy(outputs.back().data(), d_o.get(), d_o.bytes(), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(testing::CountNonFinite(FromDeviceBytes(outputs.back(), DType::kBFloat16)), 0)
+          << schedule << ": unwritten (poisoned) rows";
+    }
+    ASSERT_EQ(unsetenv("JAGRANK_FLASH_SCHEDULE"), 0);
+    EXPECT_EQ(outputs[0], outputs[1]) << "two persistent launches in a row differ";
+    EXPECT_EQ(outputs[0], outputs[2]) << "the persistent and the grid launch differ";
+  }
+}
+
 // Argument errors are found on the host, before any CUDA call: these run
 // without a device too.
 AttentionParams ValidLookingParams() {

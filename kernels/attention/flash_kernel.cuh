@@ -98,14 +98,16 @@ struct FlashCtaWork {
   int k_start, k_len;     // the sequence's first key row; valid keys
 };
 
-// Locates this CTA's tile: blockIdx.x runs over query blocks of kBlockM rows
-// within (sequence, head), sequences in maybe_order (null = batch order).
-// False when the block starts past the sequence's end (nothing to do).
+// Locates tile `index` of FlashGrid (a CTA's blockIdx.x there): the index
+// runs over query blocks of kBlockM rows within (sequence, head), sequences
+// in maybe_order (null = batch order). False when the block starts past the
+// sequence's end (nothing to do).
 template <int kBlockM>
-__device__ __forceinline__ bool LocateFlashTile(const AttentionParams& p, const int* maybe_order, FlashCtaWork* t) {
+__device__ __forceinline__ bool LocateFlashTile(const AttentionParams& p, const int* maybe_order, int index,
+                                                FlashCtaWork* t) {
   const int m_blocks = (p.max_q_len + kBlockM - 1) / kBlockM;
-  const int bh = blockIdx.x / m_blocks;
-  const int m_block = blockIdx.x - bh * m_blocks;
+  const int bh = index / m_blocks;
+  const int m_block = index - bh * m_blocks;
   const int rank = bh / p.num_heads;
   t->h = bh - rank * p.num_heads;
   t->b = maybe_order != nullptr ? maybe_order[rank] : rank;
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr bool kPackedExp = Traits::kPackedExp;
 
   FlashCtaWork tile;
-  if (!LocateFlashTile<kBlockM>(p, maybe_order, &tile)) return;
+  if (!LocateFlashTile<kBlockM>(p, maybe_order, blockIdx.x, &tile)) return;
   const int h = tile.h, q_start = tile.q_start, m0 = tile.m0, rows = tile.rows;  // rows: valid query rows
   const int k_start = tile.k_start, k_len = tile.k_len;
 
@@ -465,7 +467,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int kKStride = Traits::kKStride;
 
   FlashCtaWork tile;
-  if (!LocateFlashTile<kBlockM>(p, nullptr, &tile)) return;
+  if (!LocateFlashTile<kBlockM>(p, nullptr, blockIdx.x, &tile)) return;
   const int h = tile.h, q_start = tile.q_start, m0 = tile.m0, rows = tile.rows;  // rows: valid query rows
   const int k_start = tile.k_start, k_len = tile.k_len;
 

@@ -32,14 +32,14 @@ using FlashBf16KernelFn = void (*)(const AttentionParams, const float, const int
 // Launches kKernel with Traits' block and dynamic shared memory; a
 // FlashOrderedLaunch.
 template <typename Traits, FlashBf16KernelFn kKernel>
-Status LaunchFlashTiles(const AttentionParams& params, cudaStream_t stream, const int* maybe_order) {
+Status LaunchFlashTiles(const AttentionParams& params, cudaStream_t stream, const FlashSchedule& schedule) {
   const dim3 grid = FlashGrid(params, Traits::kBlockM);
   if (grid.x == 0) return Status::Ok();
   // Above 48 KiB of dynamic shared memory a kernel must opt in; cheap, so it
   // is done per call instead of caching per-device state.
   RETURN_IF_CUDA_ERROR(
       cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  kKernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params), maybe_order);
+  kKernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params), schedule.maybe_order);
   return CudaLaunchStatus(Traits::kKernelName);
 }
 
@@ -58,17 +58,19 @@ inline bool UseLongestFirst(const AttentionParams& params) {
   return params.batch > 1 && work_bound >= kLongestFirstMinWork;
 }
 
-// `launch` in longest-first order where UseLongestFirst, else in batch order.
-inline Status LaunchFlashScheduled(const AttentionParams& params, cudaStream_t stream, FlashOrderedLaunch launch) {
-  if (UseLongestFirst(params)) return LaunchWithLongestFirstOrder(params, stream, launch);
-  return launch(params, stream, nullptr);
+// `launch` in longest-first order where UseLongestFirst (with the tile list
+// where tile_block_m > 0), else in batch order.
+inline Status LaunchFlashScheduled(const AttentionParams& params, cudaStream_t stream, int tile_block_m,
+                                   FlashOrderedLaunch launch) {
+  if (UseLongestFirst(params)) return LaunchWithLongestFirstOrder(params, stream, tile_block_m, launch);
+  return launch(params, stream, FlashSchedule{});
 }
 
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm80(const AttentionParams& params, cudaStream_t stream) {
   static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm80, kHeadDim), "no long-keys tile here");
   using Traits = FlashBf16Traits<kHeadDim, kLongKeys>;
-  return LaunchFlashScheduled(params, stream, &LaunchFlashTiles<Traits, &FlashAttentionBf16Kernel<Traits>>);
+  return LaunchFlashScheduled(params, stream, 0, &LaunchFlashTiles<Traits, &FlashAttentionBf16Kernel<Traits>>);
 }
 
 template <int kHeadDim>

@@ -27,13 +27,30 @@ Status LaunchFlashSm90(const AttentionParams& params, cudaStream_t stream);
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream);
 
+// Where a launch finds its CTAs' work (flash_wgmma_kernel.cuh has the tile
+// list's layout): maybe_order, the sequences longest first (null: batch
+// order), one CTA per FlashGrid tile; maybe_tiles (null: none), the tiles
+// with rows, longest first, for a persistent launch.
+struct FlashSchedule {
+  const int* maybe_order = nullptr;
+  int* maybe_tiles = nullptr;
+};
+
 // Longest-first schedule (flash_schedule.cu): writes the sequences' order,
-// longest valid key count first, into a workspace kept per (device, stream)
-// and launches `launch` with it, both on `stream`. The workspace grows with
-// the batch and is reused by later calls on the same stream (stream order
-// keeps them apart); a lock spans the two launches.
-using FlashOrderedLaunch = Status (*)(const AttentionParams& params, cudaStream_t stream, const int* maybe_order);
-Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, FlashOrderedLaunch launch);
+// longest valid key count first, and where tile_block_m > 0 the list of
+// query tiles of tile_block_m rows in that order, into a workspace kept per
+// (device, stream), and launches `launch` with it, both on `stream`. The
+// workspace grows with the batch and is reused by later calls on the same
+// stream (stream order keeps them apart); a lock spans the two launches.
+using FlashOrderedLaunch = Status (*)(const AttentionParams& params, cudaStream_t stream,
+                                      const FlashSchedule& schedule);
+Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, int tile_block_m,
+                                   FlashOrderedLaunch launch);
+
+// False where JAGRANK_FLASH_SCHEDULE=grid (read per launch, for same-process
+// A/B runs): the wgmma kernel then keeps one CTA per FlashGrid tile where it
+// would run persistent CTAs over the longest-first tile list.
+bool FlashPersistentTiles();
 
 }  // namespace flash
 }  // namespace jagrank

@@ -93,6 +93,11 @@ struct FlashWgmmaTraits {
   // N = 2048 1.682 vs 1.802. D = 64/128 keep the carried addresses: their
   // CTAs per SM are the same either way.
   static constexpr bool kRecomputeCopyAddresses = kHeadDim == 32;
+  // The persistent kernel's tile loop holds a few registers more: at D = 32
+  // that is 136-138 against 126-128 of the one-tile kernel, one CTA per SM
+  // fewer, so it asks for the 4 CTAs per SM the one-tile kernel reaches (no
+  // spills with TMA copies, 8 bytes with cp.async).
+  static constexpr int kPersistentMinBlocksPerSm = kHeadDim == 32 ? 4 : kMinBlocksPerSm;
   // true: exponentials by ex2.approx.bf16x2 and row sums by an mma.sync
   // against ones (as FlashBf16Traits); false: fp32 ex2 and fp32 row sums
   // (no mma.sync between the warpgroups' wgmmas on the tensor pipe).
@@ -110,8 +115,10 @@ struct FlashWgmmaTraits {
   static constexpr int kKvTileBytes = kBlockN * kHeadDim * 2;
   // + 1024: the dynamic shared memory base is rounded up to the swizzle
   // pattern's 1024-byte period.
-  // + 16 per stage: the TMA variant's mbarriers, after the V stages.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvTileBytes + 1024 + (kTmaKv ? 16 * kStages : 0);
+  // After the V stages: the TMA variant's mbarriers (8 bytes per stage),
+  // then the persistent launch's two next-tile slots (FlashAttentionWgmmaKernel).
+  static constexpr int kBarrierBytes = 8 * kStages;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvTileBytes + 1024 + kBarrierBytes + 8;
 
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "wgmma kernel: head_dim 32, 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128 (S = Q K^T)");

@@ -215,14 +215,40 @@ __device__ __forceinline__ void WgmmaRS<64>(float (&d)[32], const uint32_t (&a)[
 
 // ------------------------------------------------------------------ kernel
 
-// maybe_order (optional, [batch]): the sequences in the order their CTAs
-// should start, longest first; null = batch order. maps: K and V tensor maps
-// (read only where Traits::kTmaKv).
+// Shared memory of the wgmma kernel: the dynamic base rounded up to 1024
+// bytes (kSmemBytes holds the slack): the descriptors' swizzle is a function
+// of the absolute shared-memory address. Q, then the K and V stages, the
+// mbarriers and the next-tile slots (FlashWgmmaTraits::kSmemBytes).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    FlashAttentionWgmmaKernel(const AttentionParams p, const float scale_log2, const int* __restrict__ maybe_order,
-                              const __grid_constant__ FlashKvMaps maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ unsigned char* FlashWgmmaSmem() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw_address = SmemAddress(smem_raw);
+  return smem_raw + ((1024 - (raw_address & 1023)) & 1023);
+}
+
+template <typename Traits>
+__device__ __forceinline__ unsigned char* FlashWgmmaBarriers() {
+  return FlashWgmmaSmem<Traits>() + Traits::kQBytes + 2 * Traits::kStages * Traits::kKvTileBytes;
+}
+
+// threadIdx.x, read by an instruction the compiler may not move: in a
+// persistent CTA's tile loop it would otherwise hoist every per-thread value
+// derived from it (copy addresses, swizzled offsets) out of the loop and keep
+// them live across tiles, in registers the tile needs.
+__device__ __forceinline__ int ThreadIndexHere() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
+}
+
+// One query tile (`tile`, with rows) of the wgmma kernel, by all kThreads
+// threads of the CTA. phase_bits: bit s is the parity stage s's mbarrier
+// completes next (kTmaKv; the barriers carry on across the tiles of a
+// persistent CTA). Leaves shared memory to be reused after a __syncthreads.
+template <typename Traits>
+__device__ __forceinline__ void FlashWgmmaTile(const AttentionParams& p, const float scale_log2,
+                                               const FlashKvMaps& maps, const FlashCtaWork& tile,
+                                               uint32_t* phase_bits) {
   constexpr int kD = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -237,12 +263,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr uint32_t kAtomBytes = 8 * kSw;   // 8 rows: the swizzle pattern's period
   constexpr int kStages = Traits::kStages;
 
-  FlashCtaWork tile;
-  if (!LocateFlashTile<kBlockM>(p, maybe_order, &tile)) return;
   const int h = tile.h, q_start = tile.q_start, m0 = tile.m0, rows = tile.rows;  // rows: valid query rows
   const int k_start = tile.k_start, k_len = tile.k_len;
 
-  const int tid = threadIdx.x;
+  const int tid = ThreadIndexHere();
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int wg = warp / 4;          // warpgroup: query rows 64 wg .. 64 wg + 63
@@ -253,11 +277,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
   if (k_len <= 0) return StoreZeroRowsBf16<kD, kThreads>(p, tile);
 
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  // Rounded up to 1024 bytes (kSmemBytes holds the slack): the descriptors'
-  // swizzle is a function of the absolute shared-memory address.
-  const uint32_t raw_address = SmemAddress(smem_raw);
-  unsigned char* s_q = smem_raw + ((1024 - (raw_address & 1023)) & 1023);  // kColBlocks x [kBlockM][kSw]
+  unsigned char* s_q = FlashWgmmaSmem<Traits>();                     // kColBlocks x [kBlockM][kSw]
   unsigned char* s_k = s_q + Traits::kQBytes;                              // kStages x kColBlocks x [kBlockN][kSw]
   unsigned char* s_v = s_k + Traits::kStages * Traits::kKvTileBytes;       // same
   const uint32_t q_address = SmemAddress(s_q);
@@ -318,9 +338,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   };
   const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
   // kTmaKv: tiles 0 .. n_full - 1 lie wholly inside the sequence and go by
-  // TMA; tile n_block uses stage n_block % kStages, whose barrier completes
-  // its (n_block / kStages)-th phase then. A last, partial tile goes by
-  // cp.async like every tile of the other variant.
+  // TMA, tile n_block into stage n_block % kStages, completing that stage's
+  // barrier's next phase. A last, partial tile goes by cp.async like every
+  // tile of the other variant.
   const int n_full = k_len / kBlockN;
   auto issue_tile = [&](int n_block, int stage) {
     if constexpr (Traits::kTmaKv) {
@@ -341,14 +361,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
     load_kv(n_block, stage);
   };
-  if constexpr (Traits::kTmaKv) {
-    if (tid == 0) {
-#pragma unroll
-      for (int stage = 0; stage < kStages; ++stage) MbarrierInit(bar_address + stage * 8, 1);
-      FenceMbarrierInit();
-    }
-    __syncthreads();  // the barriers are initialised before any thread waits on them
-  }
   // Prologue: tile 0 in one cp.async group (Q rides with it); behind an
   // always-true check where Traits::kRecomputeCopyAddresses (see there).
   if (!Traits::kRecomputeCopyAddresses || 0 < n_blocks) issue_tile(0, 0);
@@ -407,7 +419,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   auto next_tile = [&](int n_block) {
     CpAsyncWait<0>();  // this thread's copies of tile n_block (and Q) have landed
     if constexpr (Traits::kTmaKv) {
-      if (n_block < n_full) MbarrierWait(bar_address + (n_block % kStages) * 8, (n_block / kStages) & 1);
+      if (n_block < n_full) {
+        const int stage = n_block % kStages;
+        MbarrierWait(bar_address + stage * 8, (*phase_bits >> stage) & 1);
+        *phase_bits ^= 1u << stage;
+      }
     }
     FenceProxyAsyncShared();
     __syncthreads();
@@ -575,6 +591,66 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     if (r < rows) {
       *reinterpret_cast<uint4*>(o_tile + r * p.o_row_stride + c * 8) =
           *reinterpret_cast<const uint4*>(s_q + SwizzledOffset<kSw>(r, c, kBlockM));
+    }
+  }
+}
+
+// Initialises the K/V stages' mbarriers (kTmaKv) before any thread waits on them.
+template <typename Traits>
+__device__ __forceinline__ void InitKvBarriers() {
+  if constexpr (Traits::kTmaKv) {
+    if (threadIdx.x == 0) {
+      const uint32_t bar_address = SmemAddress(FlashWgmmaBarriers<Traits>());
+#pragma unroll
+      for (int stage = 0; stage < Traits::kStages; ++stage) MbarrierInit(bar_address + stage * 8, 1);
+      FenceMbarrierInit();
+    }
+    __syncthreads();
+  }
+}
+
+// The CTAs' work, one of two launches (LaunchFlashWgmmaTiles), each its own
+// kernel, so that the grid launch's registers are not those of the
+// persistent loop:
+// - !kPersistent: one CTA per tile of FlashGrid (its blockIdx.x), the
+//   sequences in maybe_order (optional [batch], longest first; null = batch
+//   order). CTAs of tiles past their sequence's end exit at once.
+// - kPersistent (a launch of at most as many CTAs as are resident at once):
+//   tiles[0] tiles listed longest first from tiles[2], each as its FlashGrid
+//   index in batch order, and tiles[1] the count of tiles taken (0 at
+//   launch). CTA i computes tile i, then the next untaken one, until none is
+//   left: no CTA is spent on an empty tile, and each takes the longest tile
+//   left when it frees up.
+// maps: K and V tensor maps (read only where Traits::kTmaKv).
+template <typename Traits, bool kPersistent>
+__global__ void __launch_bounds__(Traits::kThreads,
+                                  kPersistent ? Traits::kPersistentMinBlocksPerSm : Traits::kMinBlocksPerSm)
+    FlashAttentionWgmmaKernel(const AttentionParams p, const float scale_log2, const int* __restrict__ maybe_order,
+                              int* tiles, const __grid_constant__ FlashKvMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBlockM = Traits::kBlockM;
+  uint32_t phase_bits = 0;
+  if constexpr (!kPersistent) {
+    FlashCtaWork tile;
+    if (!LocateFlashTile<kBlockM>(p, maybe_order, blockIdx.x, &tile)) return;
+    InitKvBarriers<Traits>();
+    FlashWgmmaTile<Traits>(p, scale_log2, maps, tile, &phase_bits);
+  } else {
+    int work = blockIdx.x;
+    if (work >= tiles[0]) return;
+    InitKvBarriers<Traits>();
+    // Two slots: thread 0 writes slot i & 1 as tile i starts (the atomic's
+    // latency then overlaps the tile's copies), when every thread has read
+    // it for tile i - 1 (past the barrier that ended tile i - 1).
+    int* s_next = reinterpret_cast<int*>(FlashWgmmaBarriers<Traits>() + Traits::kBarrierBytes);
+    for (int i = 0;; ++i) {
+      if (threadIdx.x == 0) s_next[i & 1] = static_cast<int>(gridDim.x) + atomicAdd(&tiles[1], 1);
+      FlashCtaWork tile;
+      LocateFlashTile<kBlockM>(p, nullptr, tiles[2 + work], &tile);  // a listed tile has rows
+      FlashWgmmaTile<Traits>(p, scale_log2, maps, tile, &phase_bits);
+      __syncthreads();  // the tile's shared memory is read, the next index published
+      work = s_next[i & 1];
+      if (work >= tiles[0]) break;
     }
   }
 #else

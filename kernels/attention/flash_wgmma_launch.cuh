@@ -3,6 +3,7 @@
 #ifndef JAGRANK_KERNELS_ATTENTION_FLASH_WGMMA_LAUNCH_CUH_
 #define JAGRANK_KERNELS_ATTENTION_FLASH_WGMMA_LAUNCH_CUH_
 
+#include <atomic>
 #include <cstring>
 
 #include "kernels/attention/flash_launch.cuh"
@@ -13,11 +14,33 @@
 namespace jagrank {
 namespace flash {
 
-// A FlashOrderedLaunch of the wgmma kernel: encodes the K/V tensor maps
-// where Traits::kTmaKv (none are read when no sequence has keys).
+// CTAs of kKernel resident at once on the current device (the persistent
+// launch's grid), found once per kernel and device.
 template <typename Traits>
-Status LaunchFlashWgmmaTiles(const AttentionParams& params, cudaStream_t stream, const int* maybe_order) {
-  const dim3 grid = FlashGrid(params, Traits::kBlockM);
+Status ResidentCtas(const void* kernel, int* ctas) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // 0: not found yet; racing callers store the same value
+  int device = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  if (device < kMaxDevices && cached[device].load(std::memory_order_relaxed) > 0) {
+    *ctas = cached[device].load(std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  int per_sm = 0, sms = 0;
+  RETURN_IF_CUDA_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, Traits::kSmemBytes));
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  *ctas = per_sm * sms > 0 ? per_sm * sms : 1;
+  if (device < kMaxDevices) cached[device].store(*ctas, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+// A FlashOrderedLaunch of the wgmma kernel: encodes the K/V tensor maps
+// where Traits::kTmaKv (none are read when no sequence has keys); with a
+// tile list, a persistent launch of the CTAs resident at once.
+template <typename Traits>
+Status LaunchFlashWgmmaTiles(const AttentionParams& params, cudaStream_t stream, const FlashSchedule& schedule) {
+  dim3 grid = FlashGrid(params, Traits::kBlockM);
   if (grid.x == 0) return Status::Ok();
   FlashKvMaps maps;
   std::memset(&maps, 0, sizeof(maps));
@@ -25,20 +48,34 @@ Status LaunchFlashWgmmaTiles(const AttentionParams& params, cudaStream_t stream,
     RETURN_IF_ERROR(
         EncodeFlashKvMaps(params, Traits::kSwizzleBytes / 2, Traits::kBlockN, Traits::kSwizzleBytes, &maps));
   }
-  constexpr auto kKernel = &FlashAttentionWgmmaKernel<Traits>;
+  const bool persistent = schedule.maybe_tiles != nullptr;
+  const auto kernel = persistent ? &FlashAttentionWgmmaKernel<Traits, true> : &FlashAttentionWgmmaKernel<Traits, false>;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (before the
+  // occupancy query, which assumes the attribute).
   RETURN_IF_CUDA_ERROR(
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  kKernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params), maybe_order, maps);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  if (persistent) {
+    int resident = 0;
+    RETURN_IF_ERROR(ResidentCtas<Traits>(reinterpret_cast<const void*>(kernel), &resident));
+    if (static_cast<unsigned>(resident) < grid.x) grid.x = static_cast<unsigned>(resident);
+  }
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, ScaleLog2(params), schedule.maybe_order,
+                                                                 schedule.maybe_tiles, maps);
   return CudaLaunchStatus(Traits::kKernelName);
+}
+
+template <int kHeadDim, bool kLongKeys, bool kTmaKv>
+Status LaunchFlashSm90Variant(const AttentionParams& params, cudaStream_t stream) {
+  using Traits = FlashWgmmaTraits<kHeadDim, kLongKeys, kTmaKv>;
+  const int tile_block_m = FlashPersistentTiles() ? Traits::kBlockM : 0;
+  return LaunchFlashScheduled(params, stream, tile_block_m, &LaunchFlashWgmmaTiles<Traits>);
 }
 
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm90(const AttentionParams& params, cudaStream_t stream) {
   static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm90, kHeadDim), "no long-keys tile here");
-  if (FlashKvCopyByTma()) {
-    return LaunchFlashScheduled(params, stream, &LaunchFlashWgmmaTiles<FlashWgmmaTraits<kHeadDim, kLongKeys, true>>);
-  }
-  return LaunchFlashScheduled(params, stream, &LaunchFlashWgmmaTiles<FlashWgmmaTraits<kHeadDim, kLongKeys, false>>);
+  if (FlashKvCopyByTma()) return LaunchFlashSm90Variant<kHeadDim, kLongKeys, true>(params, stream);
+  return LaunchFlashSm90Variant<kHeadDim, kLongKeys, false>(params, stream);
 }
 
 }  // namespace flash
