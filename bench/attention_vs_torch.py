@@ -33,11 +33,14 @@ Self-attention (bf16, B sequences, H heads of D dims):
   jagrank_cp_async  with --kv-copy-ab: jagrank again with the Hopper kernel's
                K/V tiles copied by cp.async instead of TMA
                (JAGRANK_FLASH_KV_COPY=cp_async, read per launch)
-  jagrank_grid with --schedule-ab: jagrank again with one CTA per query tile
-               of the longest sequence instead of persistent CTAs over the
-               list of tiles (JAGRANK_FLASH_SCHEDULE=grid, read per launch)
+  jagrank_grid / jagrank_persistent  with --schedule-ab: jagrank again with
+               the Hopper kernel's schedule forced: one CTA per query tile of
+               the longest sequence, or persistent CTAs over the list of
+               tiles (JAGRANK_FLASH_SCHEDULE=grid / persistent, read per
+               launch; jagrank itself lets the launcher choose)
                Each A/B variant runs in the same process on the same inputs;
                a summary line gives its time over jagrank's per shape
+               (self and target shapes)
 On full-length rows there is no padding: dense, sdpa_flash and cudnn run on
 the packed tensors viewed as [B, H, N, D] (no copy, no mask), so "cudnn"
 there is cuDNN SDPA on exactly our work.
@@ -55,6 +58,11 @@ off). The table ends with three summary lines:
   min speedup vs varlen_fa2: X (shape ...)       over all self and target rows
   full-length vs cudnn: min X (shape ...)        cuDNN time over ours, full rows
   D=128 long-sequence TFLOP/s: max X (shape ...) ours, D = 128 and N >= 4096
+"ms" is the median of back-to-back calls from Python, host launch path
+included: a call of a few tens of microseconds can be bound by it. Calls
+under GRAPH_BELOW_MS are also timed as the replay of a CUDA graph of 20
+calls ("graph_ms", every variant alike: device time only), with one more line:
+  device time (CUDA graph, calls under X ms) vs varlen_fa2: min X (shape ...)
 
 Shapes, lengths, FLOPs and the time estimate without torch or a GPU:
   python3 attention_vs_torch.py --dry-run [--shapes heavy]
@@ -147,16 +155,19 @@ RATE_TFLOPS = {
 }
 HBM_BYTES_PER_MS = 3.0e9  # ~3 TB/s sustained: padding copies and dense scores
 MAX_VARIANT_S = 6.0  # padded variants whose timing is estimated longer are skipped
-# Same-process A/B variants of jagrank on the self shapes: name -> (flag,
+# Same-process A/B variants of jagrank on the self and target shapes: name -> (flag,
 # environment variable, value, what it changes for the summary line).
 AB_VARIANTS = {
     "jagrank_cp_async": ("kv_copy_ab", "JAGRANK_FLASH_KV_COPY", "cp_async", "cp.async over TMA K/V copies"),
-    "jagrank_grid": ("schedule_ab", "JAGRANK_FLASH_SCHEDULE", "grid", "one CTA per tile over persistent CTAs"),
+    "jagrank_grid": ("schedule_ab", "JAGRANK_FLASH_SCHEDULE", "grid", "one CTA per tile over the chosen schedule"),
+    "jagrank_persistent": ("schedule_ab", "JAGRANK_FLASH_SCHEDULE", "persistent",
+                           "persistent CTAs over the chosen schedule"),
 }
 AB_SELECTED = []  # the AB_VARIANTS names to time (--kv-copy-ab, --schedule-ab)
 MAX_DENSE_BYTES = 20e9  # the dense variant's scores and padded copies
 SHAPE_OVERHEAD_S = 0.4  # inputs, index tensors, the error check, empty_cache per shape
 CHECK_S = 5.0  # check_against_sdpa
+GRAPH_BELOW_MS = 0.25  # calls shorter than this are also timed by CUDA-graph replay (graph_ms)
 
 
 def _uniform_ints(B, lo, hi, rng):
@@ -269,7 +280,9 @@ def plan_target(shape, C, L, skip):
     real = 4.0 * sum(c * l for c, l in zip(C, L)) * shape.d
     padded = 4.0 * shape.B * max(C) * max(L) * shape.d
     plan = []
-    for name, flops in (("jagrank", real), ("padded_dense", padded), ("sdpa_padded", padded), ("varlen_fa2", real)):
+    variants = [("jagrank", real)] + [(name, real) for name in AB_SELECTED]
+    variants += [("padded_dense", padded), ("sdpa_padded", padded), ("varlen_fa2", real)]
+    for name, flops in variants:
         plan.append((name, 0.01 + flops / 50e9, "--skip" if name in skip else None))
     return plan
 
@@ -380,6 +393,66 @@ def bench(fn, iters=20, warm=3):
         ts.append(s.elapsed_time(e) / inner)
     ts.sort()
     return ts[len(ts) // 2]
+
+
+_GRAPH_STREAM = None
+
+
+def bench_graph(fn, calls=20, samples=10):
+    """Median device ms per call: `calls` calls captured in one CUDA graph
+    (after warm-up on the capture stream, so that nothing is first allocated
+    inside it), replayed `samples` times; no host work between the calls."""
+    global _GRAPH_STREAM
+    if _GRAPH_STREAM is None:  # one for the run: jagrank keeps a small workspace per stream
+        _GRAPH_STREAM = torch.cuda.Stream()
+    stream = _GRAPH_STREAM
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(samples):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) / calls)
+    ts.sort()
+    del graph
+    return ts[len(ts) // 2]
+
+
+def time_variant(row, name, fn, ours, flops):
+    """Times one variant into `row`: ms (bench), tflops, peak_mib and, for a
+    call under GRAPH_BELOW_MS, graph_ms (bench_graph: the device time, where
+    back-to-back calls can be bound by the host's launch path); an A/B
+    variant (AB_VARIANTS) runs with its environment variable set and records
+    rel_vs_jagrank against the default path; a failure is recorded as error."""
+    ab = AB_VARIANTS.get(name)
+    if ab is not None:
+        by_default = ours().clone()
+        os.environ[ab[1]] = ab[2]
+    try:
+        if ab is not None:
+            row.update(rel_vs_jagrank=rel_err(ours(), by_default))
+        ms = bench(fn)
+        row.update(ms=ms, tflops=flops / ms / 1e9, peak_mib=peak_mem(fn) / 2**20)
+        if ms < GRAPH_BELOW_MS:
+            row.update(graph_ms=bench_graph(fn))
+    except Exception as ex:  # a variant that cannot run this shape (e.g. out of memory)
+        row.update(error=str(ex).splitlines()[0][:120])
+    finally:
+        if ab is not None:
+            os.environ.pop(ab[1], None)
 
 
 def peak_mem(fn):
@@ -505,8 +578,8 @@ def run_self(lib, dev, shapes, skip, seed):
 
         flops = 4.0 * float((L.double() ** 2).sum()) * H * D
         err = rel_err(ours(), varlen())
-        fns = dict(jagrank=ours, jagrank_cp_async=ours, jagrank_grid=ours, dense=dense, sdpa_flash=sdpa_flash, sdpa_mask=sdpa_mask,
-                   cudnn=cudnn, varlen_fa2=varlen)
+        fns = dict(jagrank=ours, dense=dense, sdpa_flash=sdpa_flash, sdpa_mask=sdpa_mask, cudnn=cudnn, varlen_fa2=varlen,
+                   **{name: ours for name in AB_VARIANTS})
         for name, est_ms, reason in plan:
             if reason == "--skip":
                 continue
@@ -517,20 +590,7 @@ def run_self(lib, dev, shapes, skip, seed):
                 row.update(skipped=reason)
                 rows.append(row)
                 continue
-            ab = AB_VARIANTS.get(name)
-            if ab is not None:
-                by_default = ours().clone()
-                os.environ[ab[1]] = ab[2]
-            try:
-                if ab is not None:
-                    row.update(rel_vs_jagrank=rel_err(ours(), by_default))
-                ms = bench(fns[name])
-                row.update(ms=ms, tflops=flops / ms / 1e9, peak_mib=peak_mem(fns[name]) / 2**20)
-            except Exception as ex:  # a variant that cannot run this shape (e.g. out of memory)
-                row.update(error=str(ex).splitlines()[0][:120])
-            finally:
-                if ab is not None:
-                    os.environ.pop(ab[1], None)
+            time_variant(row, name, fns[name], ours, flops)
             rows.append(row)
             torch.cuda.empty_cache()
         print(f"{shape.text()}: done (rel err vs varlen_fa2 {err:.2e})", flush=True)
@@ -584,17 +644,14 @@ def run_target(lib, dev, shapes, skip, seed):
 
         flops = 4.0 * float((C.double() * L.double()).sum()) * d
         err = rel_err(ours(), varlen()[:, 0])
-        fns = dict(jagrank=ours, padded_dense=dense, sdpa_padded=sdpa, varlen_fa2=varlen)
+        fns = dict(jagrank=ours, padded_dense=dense, sdpa_padded=sdpa, varlen_fa2=varlen,
+                   **{name: ours for name in AB_VARIANTS})
         for name, est_ms, reason in plan_target(shape, C_list, L_list, skip):
             if reason is not None:
                 continue
             row = dict(kind="target", B=B, C=f"{Cmin}-{Cmax}", Lmax=Lmax, Lmed=int(L.median()), d=d, variant=name,
                        rel_vs_fa2=err)
-            try:
-                ms = bench(fns[name])
-                row.update(ms=ms, tflops=flops / ms / 1e9, peak_mib=peak_mem(fns[name]) / 2**20)
-            except Exception as ex:
-                row.update(error=str(ex).splitlines()[0][:120])
+            time_variant(row, name, fns[name], ours, flops)
             rows.append(row)
             torch.cuda.empty_cache()
         print(f"{shape.text()}: done (rel err vs varlen_fa2 {err:.2e})", flush=True)
@@ -633,9 +690,15 @@ def summary_lines(rows):
                 and row_text(r) in ours]
     long_d128 = [(r["tflops"], row_text(r)) for r in ours.values()
                  if r["kind"] == "self" and r["D"] == 128 and r["N"] >= 4096]
+    graph_vs_fa2 = [(r["graph_ms"] / ours[row_text(r)]["graph_ms"], row_text(r)) for r in rows
+                    if r["variant"] == "varlen_fa2" and timed(r) and "graph_ms" in r
+                    and "graph_ms" in ours.get(row_text(r), {})]
     lines = [f"min speedup vs varlen_fa2: {extreme(min, vs_fa2)}",
              f"full-length vs cudnn: min {extreme(min, vs_cudnn)}",
              f"D=128 long-sequence TFLOP/s: max {extreme(max, long_d128)}"]
+    if graph_vs_fa2:
+        lines.append(f"device time (CUDA graph, calls under {GRAPH_BELOW_MS:g} ms) vs varlen_fa2: "
+                     f"min {extreme(min, graph_vs_fa2)}, {len(graph_vs_fa2)} shapes")
     for name, (_, _, _, what) in AB_VARIANTS.items():
         ratios = [(r["ms"] / ours[row_text(r)]["ms"], row_text(r)) for r in rows
                   if r["variant"] == name and timed(r) and row_text(r) in ours]
@@ -667,6 +730,10 @@ def print_table(rows):
         mark = "" if r["variant"] == "jagrank" else f"{speedup:7.2f}"
         if "rel_vs_jagrank" in r:
             mark += f" (vs jagrank rel err {r['rel_vs_jagrank']:.1e})"
+        if "graph_ms" in r:
+            graph_speedup = (f", ours x{r['graph_ms'] / mine['graph_ms']:.2f}"
+                             if mine and "graph_ms" in mine and r["variant"] != "jagrank" else "")
+            mark += f" [graph {r['graph_ms']:.4f} ms{graph_speedup}]"
         lines.append(f"{head} {r['variant']:>12} {r['ms']:9.3f} {r['tflops']:8.1f} {r['peak_mib']:9.1f} {mark:>7}")
     lines.extend(summary_lines(rows))
     print("\n".join(lines))
@@ -723,9 +790,9 @@ def main():
                     help="print the shapes, their tokens, work and the planned time; no torch, no GPU")
     ap.add_argument("--from-json", default=None, help="print the table (and --plot) of a saved run instead of running")
     ap.add_argument("--kv-copy-ab", action="store_true",
-                    help="also time jagrank with cp.async K/V copies (jagrank_cp_async) on the self shapes")
+                    help="also time jagrank with cp.async K/V copies (jagrank_cp_async)")
     ap.add_argument("--schedule-ab", action="store_true",
-                    help="also time jagrank with one CTA per tile (jagrank_grid) on the self shapes")
+                    help="also time jagrank with one CTA per tile (jagrank_grid)")
     a = ap.parse_args()
     AB_SELECTED[:] = [name for name, (flag, _, _, _) in AB_VARIANTS.items() if getattr(a, flag)]
     skip = set(s for s in a.skip.split(",") if s)

@@ -162,10 +162,32 @@ class FromJsonTest(unittest.TestCase):
         self.assertEqual(out[-2:], [
             "cp.async over TMA K/V copies: min 1.10 (shape self B=512 N=4096 H=2 D=64 zipf s=1.5), "
             "max 1.10 (shape self B=512 N=4096 H=2 D=64 zipf s=1.5), geomean 1.100",
-            "one CTA per tile over persistent CTAs: min 0.50 (shape self B=1024 N=4096 H=2 D=64 zipf s=1.5), "
+            "one CTA per tile over the chosen schedule: min 0.50 (shape self B=1024 N=4096 H=2 D=64 zipf s=1.5), "
             "max 1.50 (shape self B=512 N=4096 H=2 D=64 zipf s=1.5), geomean 0.866",
         ])
         self.assertTrue(any("(vs jagrank rel err 0.0e+00)" in line for line in out), out)
+
+    def test_graph_summary_line(self):
+        def row(variant, ms, B, **extra):
+            r = dict(kind="target", B=B, C="16-128", Lmax=1024, Lmed=100, d=64, variant=variant, ms=ms,
+                     tflops=1.0, peak_mib=1.0, rel_vs_fa2=1e-3)
+            r.update(extra)
+            return r
+
+        # B=1024: host-bound back to back (ours 0.072 ms eager), 0.030 vs 0.059 on the device; B=256:
+        # FA2 without a graph time (not in the line); B=128: ours fails (no line entry either).
+        rows = [row("jagrank", 0.072, 1024, graph_ms=0.030), row("varlen_fa2", 0.062, 1024, graph_ms=0.059),
+                row("jagrank", 0.020, 256, graph_ms=0.018), row("varlen_fa2", 0.040, 256),
+                row("jagrank", 0.020, 128, error="boom"), row("varlen_fa2", 0.040, 128, graph_ms=0.05)]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "rows.json")
+            with open(path, "w") as f:
+                json.dump(rows, f)
+            out = run("--from-json", path).splitlines()
+        self.assertEqual(out[-4], "min speedup vs varlen_fa2: 0.86 (shape target B=1024 C=16-128 Lmax=1024 d=64)")
+        self.assertEqual(out[-1], "device time (CUDA graph, calls under 0.25 ms) vs varlen_fa2: "
+                                  "min 1.97 (shape target B=1024 C=16-128 Lmax=1024 d=64), 1 shapes")
+        self.assertTrue(any("[graph 0.0590 ms, ours x1.97]" in line for line in out), out)
 
     def test_summary_without_rows_of_a_kind(self):
         with tempfile.TemporaryDirectory() as tmp:

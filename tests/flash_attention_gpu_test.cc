@@ -513,8 +513,8 @@ TEST_F(FlashAttentionGpuTest, KvTilesNeverReadTheNextSequence) {
 // the TMA barriers' phases from tile to tile. Heavy-tailed lengths (most
 // sequences one tile, a few of many, some without queries) on one stream:
 // two persistent launches in a row (the second reuses the list's counter)
-// and the grid launch (JAGRANK_FLASH_SCHEDULE=grid) must give the same bits
-// in every row, and every row finite. LongestFirstOrderKeepsEachSequenceInPlace
+// the grid launch (JAGRANK_FLASH_SCHEDULE=grid) and the launcher's own
+// choice ("auto") must give the same bits in every row, and every row finite. LongestFirstOrderKeepsEachSequenceInPlace
 // checks the persistent launch against the reference.
 TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
   if (!FlashWgmmaAvailable()) GTEST_SKIP() << "the persistent launch is the wgmma kernel's";
@@ -553,7 +553,7 @@ TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
     params.q_offsets = params.k_offsets = static_cast<const int32_t*>(d_off.get());
 
     std::vector<std::vector<unsigned char>> outputs;
-    for (const char* schedule : {"persistent", "persistent", "grid"}) {
+    for (const char* schedule : {"persistent", "persistent", "grid", "auto"}) {
       ASSERT_EQ(setenv("JAGRANK_FLASH_SCHEDULE", schedule, 1), 0);
       ASSERT_CUDA(cudaMemset(d_o.get(), 0xff, d_o.bytes()));
       const Status status = JaggedAttentionCuda(params, nullptr);
@@ -567,6 +567,7 @@ TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
     ASSERT_EQ(unsetenv("JAGRANK_FLASH_SCHEDULE"), 0);
     EXPECT_EQ(outputs[0], outputs[1]) << "two persistent launches in a row differ";
     EXPECT_EQ(outputs[0], outputs[2]) << "the persistent and the grid launch differ";
+    EXPECT_EQ(outputs[0], outputs[3]) << "the launcher's own choice differs";
   }
 }
 

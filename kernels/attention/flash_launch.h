@@ -47,10 +47,13 @@ using FlashOrderedLaunch = Status (*)(const AttentionParams& params, cudaStream_
 Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, int tile_block_m,
                                    FlashOrderedLaunch launch);
 
-// False where JAGRANK_FLASH_SCHEDULE=grid (read per launch, for same-process
-// A/B runs): the wgmma kernel then keeps one CTA per FlashGrid tile where it
-// would run persistent CTAs over the longest-first tile list.
-bool FlashPersistentTiles();
+// How the wgmma kernel's CTAs find their tiles, from JAGRANK_FLASH_SCHEDULE
+// (read per launch, for same-process A/B runs): unset or "auto" lets the
+// launcher choose (flash_wgmma_launch.cuh, kPersistentMinWaves), "grid"
+// keeps one CTA per FlashGrid tile, "persistent" runs persistent CTAs over
+// the longest-first tile list wherever the list fits the workspace.
+enum class FlashScheduleMode { kAuto, kGrid, kPersistent };
+FlashScheduleMode FlashScheduleFromEnv();
 
 }  // namespace flash
 }  // namespace jagrank

@@ -136,9 +136,12 @@ constexpr int64_t kMaxListedTiles = int64_t{1} << 22;
 
 }  // namespace
 
-bool FlashPersistentTiles() {
+FlashScheduleMode FlashScheduleFromEnv() {
   const char* schedule = std::getenv("JAGRANK_FLASH_SCHEDULE");
-  return schedule == nullptr || std::strcmp(schedule, "grid") != 0;
+  if (schedule == nullptr) return FlashScheduleMode::kAuto;
+  if (std::strcmp(schedule, "grid") == 0) return FlashScheduleMode::kGrid;
+  if (std::strcmp(schedule, "persistent") == 0) return FlashScheduleMode::kPersistent;
+  return FlashScheduleMode::kAuto;
 }
 
 Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, int tile_block_m,

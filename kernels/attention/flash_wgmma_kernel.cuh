@@ -636,21 +636,25 @@ __global__ void __launch_bounds__(Traits::kThreads,
     InitKvBarriers<Traits>();
     FlashWgmmaTile<Traits>(p, scale_log2, maps, tile, &phase_bits);
   } else {
+    const int count = tiles[0];
     int work = blockIdx.x;
-    if (work >= tiles[0]) return;
+    if (work >= count) return;
     InitKvBarriers<Traits>();
-    // Two slots: thread 0 writes slot i & 1 as tile i starts (the atomic's
-    // latency then overlaps the tile's copies), when every thread has read
-    // it for tile i - 1 (past the barrier that ended tile i - 1).
+    // Thread 0 takes the next tile as tile i starts and publishes it in slot
+    // i & 1 only as tile i ends: the atomic's latency (all CTAs start on the
+    // same counter) then overlaps the tile instead of holding warp 0 at its
+    // start. Two slots: tile i's slot is written after every thread read
+    // slot i - 1 (past the barrier that ended tile i - 1).
     int* s_next = reinterpret_cast<int*>(FlashWgmmaBarriers<Traits>() + Traits::kBarrierBytes);
     for (int i = 0;; ++i) {
-      if (threadIdx.x == 0) s_next[i & 1] = static_cast<int>(gridDim.x) + atomicAdd(&tiles[1], 1);
+      const int taken = ThreadIndexHere() == 0 ? atomicAdd(&tiles[1], 1) : 0;
       FlashCtaWork tile;
       LocateFlashTile<kBlockM>(p, nullptr, tiles[2 + work], &tile);  // a listed tile has rows
       FlashWgmmaTile<Traits>(p, scale_log2, maps, tile, &phase_bits);
+      if (ThreadIndexHere() == 0) s_next[i & 1] = static_cast<int>(gridDim.x) + taken;
       __syncthreads();  // the tile's shared memory is read, the next index published
       work = s_next[i & 1];
-      if (work >= tiles[0]) break;
+      if (work >= count) break;
     }
   }
 #else
