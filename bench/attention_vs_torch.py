@@ -792,7 +792,7 @@ def main():
     ap.add_argument("--kv-copy-ab", action="store_true",
                     help="also time jagrank with cp.async K/V copies (jagrank_cp_async)")
     ap.add_argument("--schedule-ab", action="store_true",
-                    help="also time jagrank with one CTA per tile (jagrank_grid)")
+                    help="also time jagrank with each schedule forced (jagrank_grid, jagrank_persistent)")
     a = ap.parse_args()
     AB_SELECTED[:] = [name for name, (flag, _, _, _) in AB_VARIANTS.items() if getattr(a, flag)]
     skip = set(s for s in a.skip.split(",") if s)

@@ -27,6 +27,8 @@ Status ResidentCtas(const void* kernel, int* ctas) {
     return Status::Ok();
   }
   int per_sm = 0, sms = 0;
+  // The query assumes the kernel's dynamic shared memory attribute is set.
+  RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   RETURN_IF_CUDA_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, Traits::kSmemBytes));
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -50,8 +52,7 @@ Status LaunchFlashWgmmaTiles(const AttentionParams& params, cudaStream_t stream,
   }
   const bool persistent = schedule.maybe_tiles != nullptr;
   const auto kernel = persistent ? &FlashAttentionWgmmaKernel<Traits, true> : &FlashAttentionWgmmaKernel<Traits, false>;
-  // Above 48 KiB of dynamic shared memory a kernel must opt in (before the
-  // occupancy query, which assumes the attribute).
+  // Above 48 KiB of dynamic shared memory a kernel must opt in.
   RETURN_IF_CUDA_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   if (persistent) {
@@ -80,11 +81,9 @@ Status UsePersistentTiles(const AttentionParams& params, bool* persistent) {
   const FlashScheduleMode mode = FlashScheduleFromEnv();
   *persistent = mode == FlashScheduleMode::kPersistent;
   if (mode != FlashScheduleMode::kAuto) return Status::Ok();
-  const auto kernel = &FlashAttentionWgmmaKernel<Traits, true>;
-  RETURN_IF_CUDA_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   int resident = 0;
-  RETURN_IF_ERROR(ResidentCtas<Traits>(reinterpret_cast<const void*>(kernel), &resident));
+  RETURN_IF_ERROR(
+      ResidentCtas<Traits>(reinterpret_cast<const void*>(&FlashAttentionWgmmaKernel<Traits, true>), &resident));
   *persistent = static_cast<int64_t>(FlashGrid(params, Traits::kBlockM).x) >=
                 static_cast<int64_t>(kPersistentMinWaves) * resident;
   return Status::Ok();
