@@ -162,8 +162,6 @@ AB_VARIANTS = {
     "jagrank_grid": ("schedule_ab", "JAGRANK_FLASH_SCHEDULE", "grid", "one CTA per tile over the chosen schedule"),
     "jagrank_persistent": ("schedule_ab", "JAGRANK_FLASH_SCHEDULE", "persistent",
                            "persistent CTAs over the chosen schedule"),
-    **{f"jagrank_v{v}": ("variant_ab", "JAGRANK_FLASH_VARIANT", str(v), f"wgmma tile variant {v} over the default")
-       for v in range(1, 6)},
 }
 AB_SELECTED = []  # the AB_VARIANTS names to time (--kv-copy-ab, --schedule-ab)
 MAX_DENSE_BYTES = 20e9  # the dense variant's scores and padded copies
@@ -793,8 +791,6 @@ def main():
     ap.add_argument("--from-json", default=None, help="print the table (and --plot) of a saved run instead of running")
     ap.add_argument("--kv-copy-ab", action="store_true",
                     help="also time jagrank with cp.async K/V copies (jagrank_cp_async)")
-    ap.add_argument("--variant-ab", action="store_true",
-                    help="also time jagrank with each wgmma tile variant (jagrank_v1..v5, JAGRANK_FLASH_VARIANT)")
     ap.add_argument("--schedule-ab", action="store_true",
                     help="also time jagrank with each schedule forced (jagrank_grid, jagrank_persistent)")
     a = ap.parse_args()

@@ -23,12 +23,6 @@ Status LaunchFlashSm80(const AttentionParams& params, cudaStream_t stream);
 // capability 9.0 devices only.
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm90(const AttentionParams& params, cudaStream_t stream);
-// The wgmma kernel's A/B variant kVariant (FlashWgmmaVariantOf) of the main
-// tile, TMA K/V copies; instantiations/flash_sm90_hdim*_v*.cu.
-template <int kHeadDim, int kVariant>
-Status LaunchFlashSm90Experiment(const AttentionParams& params, cudaStream_t stream);
-// JAGRANK_FLASH_VARIANT (read per launch): 0 (unset) or 1..kFlashWgmmaVariants - 1.
-int FlashWgmmaVariantFromEnv();
 // float32 kernel (CUDA cores).
 template <int kHeadDim>
 Status LaunchFlashFp32(const AttentionParams& params, cudaStream_t stream);

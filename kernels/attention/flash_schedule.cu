@@ -144,13 +144,6 @@ FlashScheduleMode FlashScheduleFromEnv() {
   return FlashScheduleMode::kAuto;
 }
 
-int FlashWgmmaVariantFromEnv() {
-  const char* variant = std::getenv("JAGRANK_FLASH_VARIANT");
-  if (variant == nullptr) return 0;
-  const int v = std::atoi(variant);
-  return v > 0 && v < kFlashWgmmaVariants ? v : 0;
-}
-
 Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, int tile_block_m,
                                    FlashOrderedLaunch launch) {
   int device = 0;

@@ -98,33 +98,6 @@ constexpr FlashTile FlashTileSize(FlashArch arch, int head_dim, bool long_keys) 
   return {0, 0, 0, 0, false};
 }
 
-// Same-process A/B variants of the wgmma kernel's main tile
-// (JAGRANK_FLASH_VARIANT=1..kFlashWgmmaVariants - 1, read per launch; 0 or
-// unset: FlashTileSize). overlap: the key loop issues tile n's Q K^T and
-// tile n - 1's P V together and runs tile n's softmax while P V is on the
-// tensor cores (K and V copies then go in separate stages).
-struct FlashWgmmaVariant {
-  FlashTile tile;
-  bool overlap;
-};
-inline constexpr int kFlashWgmmaVariants = 6;
-constexpr FlashWgmmaVariant FlashWgmmaVariantOf(int head_dim, bool long_keys, int variant) {
-  const FlashTile base = FlashTileSize(FlashArch::kSm90, head_dim, long_keys);
-  if (variant <= 0 || variant >= kFlashWgmmaVariants || long_keys || head_dim == 32) return {base, false};
-  if (head_dim == 64) {
-    if (variant == 1) return {base, true};
-    if (variant == 2) return {{1, 1, 128, 3, false}, false};
-    if (variant == 3) return {{1, 1, 64, 5, true}, false};
-    if (variant == 4) return {{1, 1, 64, 5, false}, false};
-    return {{1, 1, 64, 3, false}, true};
-  }
-  if (variant == 1) return {{2, 1, 64, 1, false}, true};
-  if (variant == 2) return {{2, 1, 128, 1, false}, false};
-  if (variant == 3) return {{2, 1, 128, 1, false}, true};
-  if (variant == 4) return {{1, 1, 64, 2, false}, true};
-  return {base, false};
-}
-
 // Whether (arch, head_dim) has a separate long-keys tile (only then is a
 // long-keys kernel compiled).
 constexpr bool FlashHasLongKeysTile(FlashArch arch, int head_dim) {

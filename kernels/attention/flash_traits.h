@@ -64,13 +64,10 @@ struct FlashBf16Traits {
 // memory in the swizzled layout the wgmma descriptors name (rows of
 // kSwizzleBytes, 16-byte chunks XOR-permuted by row), double-buffered with
 // cp.async, or by TMA (kTmaKv_).
-template <int kHeadDim_, bool kLongKeys_, bool kTmaKv_, int kVariant_ = 0>
+template <int kHeadDim_, bool kLongKeys_, bool kTmaKv_>
 struct FlashWgmmaTraits {
   static constexpr const char* kKernelName = "FlashAttentionWgmmaKernel";
-  static constexpr FlashWgmmaVariant kVariant = FlashWgmmaVariantOf(kHeadDim_, kLongKeys_, kVariant_);
-  static constexpr FlashTile kTile = kVariant.tile;
-  // Tile n's softmax while tile n - 1's P V runs (FlashWgmmaVariant).
-  static constexpr bool kOverlap = kVariant.overlap;
+  static constexpr FlashTile kTile = FlashTileSize(FlashArch::kSm90, kHeadDim_, kLongKeys_);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpGroups = kTile.warps;
   static constexpr int kThreads = kWarpGroups * 128;

@@ -311,34 +311,30 @@ __device__ __forceinline__ void FlashWgmmaTile(const AttentionParams& p, const f
   const int copy_row = tid / kChunks;
   const uint32_t copy_smem = SwizzledOffset<kSw>(copy_row, tid % kChunks, kBlockN);
   const int copy_col = (tid % kChunks) * 8;
-  // One K or V tile (seq, its row stride) into the stage at s_stage.
-  auto load_rows = [&](uint32_t s_stage, const __nv_bfloat16* seq, int64_t row_stride, int n_block) {
+  auto load_kv = [&](int n_block, int stage) {
     const int n0 = n_block * kBlockN;
-    const uint32_t sa = s_stage + copy_smem;
-    const __nv_bfloat16* g = seq + (n0 + copy_row) * row_stride + copy_col;
-    const int64_t copy_step = kRowStep * row_stride;
+    const uint32_t sk = k_address + stage * Traits::kKvTileBytes + copy_smem;
+    const uint32_t sv = v_address + stage * Traits::kKvTileBytes + copy_smem;
+    const __nv_bfloat16* kg = k_seq + (n0 + copy_row) * p.k_row_stride + copy_col;
+    const __nv_bfloat16* vg = v_seq + (n0 + copy_row) * p.v_row_stride + copy_col;
+    const int64_t k_copy_step = kRowStep * p.k_row_stride;
+    const int64_t v_copy_step = kRowStep * p.v_row_stride;
     if (n0 + kBlockN <= k_len) {  // every tile but a sequence's last
 #pragma unroll
-      for (int j = 0; j < kKvCopies; ++j) CpAsync16Shared(sa + j * kRowStep * kSw, g + j * copy_step);
+      for (int j = 0; j < kKvCopies; ++j) {
+        CpAsync16Shared(sk + j * kRowStep * kSw, kg + j * k_copy_step);
+        CpAsync16Shared(sv + j * kRowStep * kSw, vg + j * v_copy_step);
+      }
     } else {
       // Keys past the valid length are zero-filled: a garbage V row times a
       // zero probability would still give NaN if it held Inf/NaN.
 #pragma unroll
       for (int j = 0; j < kKvCopies; ++j) {
         const bool valid = n0 + copy_row + j * kRowStep < k_len;
-        CpAsync16SharedZfill(sa + j * kRowStep * kSw, valid ? g + j * copy_step : seq, valid);
+        CpAsync16SharedZfill(sk + j * kRowStep * kSw, valid ? kg + j * k_copy_step : k_seq, valid);
+        CpAsync16SharedZfill(sv + j * kRowStep * kSw, valid ? vg + j * v_copy_step : v_seq, valid);
       }
     }
-  };
-  auto load_k = [&](int n_block, int stage) {
-    load_rows(k_address + stage * Traits::kKvTileBytes, k_seq, p.k_row_stride, n_block);
-  };
-  auto load_v = [&](int n_block, int stage) {
-    load_rows(v_address + stage * Traits::kKvTileBytes, v_seq, p.v_row_stride, n_block);
-  };
-  auto load_kv = [&](int n_block, int stage) {
-    load_k(n_block, stage);
-    load_v(n_block, stage);
   };
   const int n_blocks = (k_len + kBlockN - 1) / kBlockN;
   // kTmaKv: tiles 0 .. n_full - 1 lie wholly inside the sequence and go by
@@ -367,11 +363,8 @@ __device__ __forceinline__ void FlashWgmmaTile(const AttentionParams& p, const f
   };
   // Prologue: tile 0 in one cp.async group (Q rides with it); behind an
   // always-true check where Traits::kRecomputeCopyAddresses (see there).
-  // The overlapped loop issues its own first group (Q, K_0).
-  if constexpr (!Traits::kOverlap) {
-    if (!Traits::kRecomputeCopyAddresses || 0 < n_blocks) issue_tile(0, 0);
-    CpAsyncCommit();
-  }
+  if (!Traits::kRecomputeCopyAddresses || 0 < n_blocks) issue_tile(0, 0);
+  CpAsyncCommit();
 
   // Warpgroups whose rows all lie past the sequence's end only help with copies.
   const bool wg_active = wg * 64 < rows;
@@ -545,151 +538,27 @@ __device__ __forceinline__ void FlashWgmmaTile(const AttentionParams& p, const f
     for (int kc = 0; kc < kBlockN / 16; ++kc) FenceRegisters(p[kc]);
   };
 
-  if constexpr (!Traits::kOverlap) {
-    for (int n_block = 0; n_block < n_blocks; ++n_block) {
-      const int stage = n_block % kStages;
-      next_tile(n_block);
-      if (wg_active) {
-        float s[kBlockN / 2];
-        const SDescriptors s_desc = s_descriptors(stage);
-        WgmmaFence();
-        issue_s(s, s_desc);
-        WgmmaCommit();
-        WgmmaWait<0>();
-        FenceRegisters(s);
-        float alpha[2];
-        if (softmax(s, n_block, alpha, p_frag)) rescale_o(alpha);
-        const PvDescriptors pv_desc = pv_descriptors(stage);
-        fence_o();
-        fence_p(p_frag);
-        WgmmaFence();
-        issue_pv(p_frag, pv_desc);
-        WgmmaCommit();
-        WgmmaWait<0>();
-        fence_o();
-      }
-    }
-  } else {
-    // Copy group g: K_g (g < n_blocks) into K stage g % 2 and, for g >= 1,
-    // V_{g-1} into V stage (g - 1) % 2; group 0 (the prologue's) is Q and
-    // K_0, group g >= 1 is issued in iteration g - 1. Iteration n waits for
-    // group n (K_n, V_{n-1}), issues group n + 1 into stages whose readers
-    // finished in iteration n - 1 (Q K_{n-1}^T, P_{n-2} V_{n-2}), then runs
-    // Q K_n^T and P_{n-1} V_{n-1} as two wgmma groups and tile n's softmax
-    // while the second is on the tensor cores. TMA parts complete on
-    // barrier g % 2.
-    auto group_tma = [&](int g, bool* k_tma, bool* v_tma) {
-      *k_tma = Traits::kTmaKv && g < n_full;
-      *v_tma = Traits::kTmaKv && g >= 1 && g - 1 < n_full;
-    };
-    auto issue_group = [&](int g) {
-      bool k_tma, v_tma;
-      group_tma(g, &k_tma, &v_tma);
-      if constexpr (Traits::kTmaKv) {
-        if (tid == 0 && (k_tma || v_tma)) {
-          const uint32_t bar = bar_address + (g % kStages) * 8;
-          MbarrierArriveExpectTx(bar, (k_tma + v_tma) * Traits::kKvTileBytes);
-#pragma unroll
-          for (int cb = 0; cb < Traits::kColBlocks; ++cb) {
-            const int col = h * kD + cb * (kSw / 2);
-            if (k_tma) {
-              TmaLoad2d(k_address + (g % kStages) * Traits::kKvTileBytes + cb * kBlockN * kSw, &maps.k, col,
-                        k_start + g * kBlockN, bar);
-            }
-            if (v_tma) {
-              TmaLoad2d(v_address + ((g - 1) % kStages) * Traits::kKvTileBytes + cb * kBlockN * kSw, &maps.v, col,
-                        k_start + (g - 1) * kBlockN, bar);
-            }
-          }
-        }
-      }
-      if (g < n_blocks && !k_tma) load_k(g, g % kStages);
-      if (g >= 1 && !v_tma) load_v(g - 1, (g - 1) % kStages);
-      CpAsyncCommit();
-    };
-    auto wait_group = [&](int g) {
-      CpAsyncWait<0>();
-      if constexpr (Traits::kTmaKv) {
-        bool k_tma, v_tma;
-        group_tma(g, &k_tma, &v_tma);
-        if (k_tma || v_tma) {
-          const int b = g % kStages;
-          MbarrierWait(bar_address + b * 8, (*phase_bits >> b) & 1);
-          *phase_bits ^= 1u << b;
-        }
-      }
-      FenceProxyAsyncShared();
-      __syncthreads();
-    };
-    issue_group(0);
-    uint32_t p_other[kBlockN / 16][4];
-    // Tile n's Q K^T and, unless kFirst (iteration 0), P_{n-1} V_{n-1}, as
-    // two wgmma groups; softmax of tile n while the second runs. kFirst is a
-    // template argument: a wgmma under a runtime condition makes ptxas
-    // serialise them all.
-    auto issue_s_pv = [&](int n, float (&s)[kBlockN / 2], uint32_t (&p_prev)[kBlockN / 16][4], bool with_pv) {
-      const SDescriptors s_desc = s_descriptors(n % kStages);
-      const PvDescriptors pv_desc = pv_descriptors((n + kStages - 1) % kStages);
-      fence_o();
-      fence_p(p_prev);
+  for (int n_block = 0; n_block < n_blocks; ++n_block) {
+    const int stage = n_block % kStages;
+    next_tile(n_block);
+    if (wg_active) {
+      float s[kBlockN / 2];
+      const SDescriptors s_desc = s_descriptors(stage);
       WgmmaFence();
       issue_s(s, s_desc);
       WgmmaCommit();
-      if (with_pv) issue_pv(p_prev, pv_desc);
-      WgmmaCommit();
-    };
-    auto softmax_rescale = [&](int n, float (&s)[kBlockN / 2], uint32_t (&p_cur)[kBlockN / 16][4],
-                               uint32_t (&p_prev)[kBlockN / 16][4]) {
-      WgmmaWait<1>();
+      WgmmaWait<0>();
       FenceRegisters(s);
       float alpha[2];
-      const bool rescale = softmax(s, n, alpha, p_cur);
-      WgmmaWait<0>();
+      if (softmax(s, n_block, alpha, p_frag)) rescale_o(alpha);
+      const PvDescriptors pv_desc = pv_descriptors(stage);
       fence_o();
-      fence_p(p_prev);
-      if (rescale) rescale_o(alpha);
-    };
-    auto step_first = [&](uint32_t (&p_cur)[kBlockN / 16][4], uint32_t (&p_prev)[kBlockN / 16][4]) {
-      wait_group(0);
-      issue_group(1);
-      if (!wg_active) return;
-      float s[kBlockN / 2];
-      issue_s_pv(0, s, p_prev, false);
-      softmax_rescale(0, s, p_cur, p_prev);
-    };
-    auto step = [&](int n, uint32_t (&p_cur)[kBlockN / 16][4], uint32_t (&p_prev)[kBlockN / 16][4]) {
-      wait_group(n);
-      issue_group(n + 1);
-      if (!wg_active) return;
-      float s[kBlockN / 2];
-      issue_s_pv(n, s, p_prev, true);
-      softmax_rescale(n, s, p_cur, p_prev);
-    };
-    auto finish = [&](uint32_t (&p_last)[kBlockN / 16][4]) {
-      wait_group(n_blocks);
-      if (!wg_active) return;
-      const PvDescriptors pv_desc = pv_descriptors((n_blocks - 1) % kStages);
-      fence_o();
-      fence_p(p_last);
+      fence_p(p_frag);
       WgmmaFence();
-      issue_pv(p_last, pv_desc);
+      issue_pv(p_frag, pv_desc);
       WgmmaCommit();
       WgmmaWait<0>();
       fence_o();
-    };
-    // Two iterations per trip: P alternates between p_frag and p_other
-    // without indexing a register array by a runtime value.
-    step_first(p_frag, p_other);
-    int n = 1;
-    for (; n + 1 < n_blocks; n += 2) {
-      step(n, p_other, p_frag);
-      step(n + 1, p_frag, p_other);
-    }
-    if (n < n_blocks) {
-      step(n, p_other, p_frag);
-      finish(p_other);
-    } else {
-      finish(p_frag);
     }
   }
 

@@ -89,9 +89,9 @@ Status UsePersistentTiles(const AttentionParams& params, bool* persistent) {
   return Status::Ok();
 }
 
-template <int kHeadDim, bool kLongKeys, bool kTmaKv, int kVariant = 0>
+template <int kHeadDim, bool kLongKeys, bool kTmaKv>
 Status LaunchFlashSm90Variant(const AttentionParams& params, cudaStream_t stream) {
-  using Traits = FlashWgmmaTraits<kHeadDim, kLongKeys, kTmaKv, kVariant>;
+  using Traits = FlashWgmmaTraits<kHeadDim, kLongKeys, kTmaKv>;
   bool persistent = false;
   RETURN_IF_ERROR(UsePersistentTiles<Traits>(params, &persistent));
   return LaunchFlashScheduled(params, stream, persistent ? Traits::kBlockM : 0, &LaunchFlashWgmmaTiles<Traits>);
@@ -100,24 +100,8 @@ Status LaunchFlashSm90Variant(const AttentionParams& params, cudaStream_t stream
 template <int kHeadDim, bool kLongKeys>
 Status LaunchFlashSm90(const AttentionParams& params, cudaStream_t stream) {
   static_assert(!kLongKeys || FlashHasLongKeysTile(FlashArch::kSm90, kHeadDim), "no long-keys tile here");
-  if constexpr (!kLongKeys && kHeadDim != 32) {
-    const int variant = FlashWgmmaVariantFromEnv();
-    switch (variant) {
-      case 1: return LaunchFlashSm90Experiment<kHeadDim, 1>(params, stream);
-      case 2: return LaunchFlashSm90Experiment<kHeadDim, 2>(params, stream);
-      case 3: return LaunchFlashSm90Experiment<kHeadDim, 3>(params, stream);
-      case 4: return LaunchFlashSm90Experiment<kHeadDim, 4>(params, stream);
-      case 5: return LaunchFlashSm90Experiment<kHeadDim, 5>(params, stream);
-      default: break;
-    }
-  }
   if (FlashKvCopyByTma()) return LaunchFlashSm90Variant<kHeadDim, kLongKeys, true>(params, stream);
   return LaunchFlashSm90Variant<kHeadDim, kLongKeys, false>(params, stream);
-}
-
-template <int kHeadDim, int kVariant>
-Status LaunchFlashSm90Experiment(const AttentionParams& params, cudaStream_t stream) {
-  return LaunchFlashSm90Variant<kHeadDim, false, true, kVariant>(params, stream);
 }
 
 }  // namespace flash
