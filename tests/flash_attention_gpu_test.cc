@@ -512,10 +512,11 @@ TEST_F(FlashAttentionGpuTest, KvTilesNeverReadTheNextSequence) {
 // take the listed tiles one after another (flash_wgmma_kernel.cuh), carrying
 // the TMA barriers' phases from tile to tile. Heavy-tailed lengths (most
 // sequences one tile, a few of many, some without queries) on one stream:
-// two persistent launches in a row (the second reuses the list's counter)
+// two persistent launches in a row (the second reuses the list's counter),
 // the grid launch (JAGRANK_FLASH_SCHEDULE=grid) and the launcher's own
-// choice ("auto") must give the same bits in every row, and every row finite. LongestFirstOrderKeepsEachSequenceInPlace
-// checks the persistent launch against the reference.
+// choice ("auto") must give the same bits in every row, and every row
+// finite. LongestFirstOrderKeepsEachSequenceInPlace checks the persistent
+// launch against the reference.
 TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
   if (!FlashWgmmaAvailable()) GTEST_SKIP() << "the persistent launch is the wgmma kernel's";
   std::mt19937_64 rng(83);
