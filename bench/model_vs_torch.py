@@ -871,6 +871,33 @@ def _process_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _thread_cpu_seconds(pid):
+    """{thread id: (thread name, user + system CPU seconds)} of a live process, from /proc."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        fields = text.rsplit(")", 1)[1].split()
+        out[task] = (text[text.index("(") + 1:text.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def thread_cores(before, after, wall):
+    """Cores per thread name over a window (threads of one name summed), and the
+    busiest single thread: one near 1.0 core is a serial stage at its limit."""
+    by_name, busiest = {}, ("", 0.0)
+    for tid, (name, secs) in after.items():
+        cores = (secs - before.get(tid, (name, 0.0))[1]) / wall
+        by_name[name] = by_name.get(name, 0.0) + cores
+        if cores > busiest[1]:
+            busiest = (name, cores)
+    by_name = {k: round(v, 2) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+    return by_name, dict(name=busiest[0], cores=round(busiest[1], 2))
+
+
 def _host_cpu_times():
     """(busy, total) jiffies of the whole host, from /proc/stat."""
     with open("/proc/stat") as f:
@@ -968,10 +995,13 @@ def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampl
                 # The host's CPU over the whole loadgen run (warm-up included):
                 # the server's share, and the host's in all (loadgen included).
                 server_cpu, host_cpu, t_start = _process_cpu_seconds(server.pid), _host_cpu_times(), time.time()
+                threads_before = _thread_cpu_seconds(server.pid)
                 proc = subprocess.run(lcmd, capture_output=True, text=True, timeout=args.part_timeout_s)
                 wall = max(time.time() - t_start, 1e-9)
                 host_busy, host_total = (a - b for a, b in zip(_host_cpu_times(), host_cpu))
                 row["server_cpu_cores"] = (_process_cpu_seconds(server.pid) - server_cpu) / wall
+                row["server_thread_cores"], row["server_busiest_thread"] = thread_cores(
+                    threads_before, _thread_cpu_seconds(server.pid), wall)
                 row["host_cpu_busy_pct"] = 100.0 * host_busy / max(host_total, 1)
                 row["stages"] = stage_means(hist_before, _scrape_histograms(metrics_port))
                 t_exit = time.time()
@@ -989,7 +1019,10 @@ def serve_one(args, config_path, weights_path, law, per_law, peak, device, sampl
                 log(f"served {name} c={c}: {row['requests_per_s']:.0f} requests/s, {row['candidates_per_s'] / 1e6:.2f}M "
                     f"candidates/s, p99 {row['p99_ms']:.2f} ms, errors {row['errors']}, GPU busy "
                     f"{row['gpu_busy_pct'] if row['gpu_busy_pct'] is not None else 'n/a'}, server "
-                    f"{row['server_cpu_cores']:.1f} cores, loadgen {_fmt(row['client_cpu_cores'], digits=1)} cores, host "
+                    f"{row['server_cpu_cores']:.1f} cores (busiest thread {row['server_busiest_thread']['name']} "
+                    f"{row['server_busiest_thread']['cores']:.2f}; by name "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in row["server_thread_cores"].items())
+                    + f"), loadgen {_fmt(row['client_cpu_cores'], digits=1)} cores, host "
                     f"CPU {row['host_cpu_busy_pct']:.0f}% busy; means (warm-up included) "
                     + ", ".join(f"{k} {v:.2f}" for k, v in row["stages"].items()))
             except Exception as e:  # noqa: BLE001

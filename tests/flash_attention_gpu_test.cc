@@ -565,7 +565,12 @@ TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
       EXPECT_EQ(testing::CountNonFinite(FromDeviceBytes(outputs.back(), DType::kBFloat16)), 0)
           << schedule << ": unwritten (poisoned) rows";
     }
+    // A value the launcher does not know fails the call, naming the variable.
+    ASSERT_EQ(setenv("JAGRANK_FLASH_SCHEDULE", "Grid", 1), 0);
+    const Status misspelt = JaggedAttentionCuda(params, nullptr);
     ASSERT_EQ(unsetenv("JAGRANK_FLASH_SCHEDULE"), 0);
+    EXPECT_EQ(misspelt.code(), Status::Code::kInvalidArgument) << misspelt.ToString();
+    EXPECT_NE(misspelt.message().find("JAGRANK_FLASH_SCHEDULE='Grid'"), std::string::npos) << misspelt.ToString();
     EXPECT_EQ(outputs[0], outputs[1]) << "two persistent launches in a row differ";
     EXPECT_EQ(outputs[0], outputs[2]) << "the persistent and the grid launch differ";
     EXPECT_EQ(outputs[0], outputs[3]) << "the launcher's own choice differs";

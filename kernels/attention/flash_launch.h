@@ -51,9 +51,11 @@ Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t s
 // (read per launch, for same-process A/B runs): unset or "auto" lets the
 // launcher choose (flash_wgmma_launch.cuh, kPersistentMinWaves), "grid"
 // keeps one CTA per FlashGrid tile, "persistent" runs persistent CTAs over
-// the longest-first tile list wherever the list fits the workspace.
+// the longest-first tile list wherever the list fits the workspace. Any
+// other value is INVALID_ARGUMENT, so a misspelt A/B run fails instead of
+// timing the automatic choice twice.
 enum class FlashScheduleMode { kAuto, kGrid, kPersistent };
-FlashScheduleMode FlashScheduleFromEnv();
+Status FlashScheduleFromEnv(FlashScheduleMode* mode);
 
 }  // namespace flash
 }  // namespace jagrank

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "common/cuda_check.h"
@@ -136,12 +137,19 @@ constexpr int64_t kMaxListedTiles = int64_t{1} << 22;
 
 }  // namespace
 
-FlashScheduleMode FlashScheduleFromEnv() {
+Status FlashScheduleFromEnv(FlashScheduleMode* mode) {
   const char* schedule = std::getenv("JAGRANK_FLASH_SCHEDULE");
-  if (schedule == nullptr) return FlashScheduleMode::kAuto;
-  if (std::strcmp(schedule, "grid") == 0) return FlashScheduleMode::kGrid;
-  if (std::strcmp(schedule, "persistent") == 0) return FlashScheduleMode::kPersistent;
-  return FlashScheduleMode::kAuto;
+  *mode = FlashScheduleMode::kAuto;
+  if (schedule == nullptr || std::strcmp(schedule, "auto") == 0) return Status::Ok();
+  if (std::strcmp(schedule, "grid") == 0) {
+    *mode = FlashScheduleMode::kGrid;
+  } else if (std::strcmp(schedule, "persistent") == 0) {
+    *mode = FlashScheduleMode::kPersistent;
+  } else {
+    return Status::InvalidArgument(std::string("JAGRANK_FLASH_SCHEDULE='") + schedule +
+                                   "': expected auto, grid or persistent (or unset)");
+  }
+  return Status::Ok();
 }
 
 Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t stream, int tile_block_m,

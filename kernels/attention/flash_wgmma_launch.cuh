@@ -78,7 +78,8 @@ constexpr int kPersistentMinWaves = 8;
 // Whether this launch runs persistent CTAs (the tile list is then built).
 template <typename Traits>
 Status UsePersistentTiles(const AttentionParams& params, bool* persistent) {
-  const FlashScheduleMode mode = FlashScheduleFromEnv();
+  FlashScheduleMode mode = FlashScheduleMode::kAuto;
+  RETURN_IF_ERROR(FlashScheduleFromEnv(&mode));
   *persistent = mode == FlashScheduleMode::kPersistent;
   if (mode != FlashScheduleMode::kAuto) return Status::Ok();
   int resident = 0;
