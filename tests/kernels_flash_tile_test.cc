@@ -47,7 +47,7 @@ TEST(FlashTileTest, ShippedTiles) {
   EXPECT_EQ(FlashTileSize(FlashArch::kSm80, 64, true), (FlashTile{4, 2, 128, 2, true}));
   EXPECT_EQ(FlashTileSize(FlashArch::kSm80, 128, false), (FlashTile{4, 2, 64, 2, true}));
   EXPECT_EQ(FlashTileSize(FlashArch::kSm90, 32, false), (FlashTile{1, 1, 128, 3, true}));
-  EXPECT_EQ(FlashTileSize(FlashArch::kSm90, 64, false), (FlashTile{1, 1, 64, 4, false}));
+  EXPECT_EQ(FlashTileSize(FlashArch::kSm90, 64, false), (FlashTile{1, 1, 64, 5, false}));
   EXPECT_EQ(FlashTileSize(FlashArch::kSm90, 64, true), (FlashTile{1, 1, 128, 2, true}));
   EXPECT_EQ(FlashTileSize(FlashArch::kSm90, 128, false), (FlashTile{2, 1, 64, 2, false}));
 }

@@ -84,10 +84,14 @@ constexpr FlashTile FlashTileSize(FlashArch arch, int head_dim, bool long_keys) 
     // tiles of the longest histories twice the CTAs (Lmax 2048 0.054 ->
     // 0.045 ms, Lmax 4096 0.094 -> 0.075 against the main tile).
     if (long_keys) return {1, 1, 128, 2, true};
-    // 1 warpgroup x 64-key tiles, 4 CTAs/SM, fp32 exponentials with lazy
-    // rescaling: self N = 512 0.406 ms (1.57x FA2), N = 4096 1.021 (1.37x);
-    // 2 warpgroups x 2 CTAs packed: 0.490 / 1.142.
-    return {1, 1, 64, 4, false};
+    // 1 warpgroup x 64-key tiles, fp32 exponentials with lazy rescaling:
+    // self N = 512 0.406 ms (1.57x FA2), N = 4096 1.021 (1.37x) at 4 CTAs/SM;
+    // 2 warpgroups x 2 CTAs packed: 0.490 / 1.142. 5 CTAs/SM (96 registers,
+    // 8 bytes spilled): the exponentials are as much MUFU work as the MMAs are
+    // tensor work, and a fifth resident warpgroup interleaves them further
+    // (grid launch 1.06-1.15x the 4-CTA tile over the D = 64 self shapes,
+    // kernels/NOTES.md).
+    return {1, 1, 64, 5, false};
   }
   if (head_dim == 128) {
     // 2 warpgroups x 64-key tiles, 2 CTAs/SM (128 registers, no spill), fp32

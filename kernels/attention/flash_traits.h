@@ -96,8 +96,9 @@ struct FlashWgmmaTraits {
   // The persistent kernel's tile loop holds a few registers more: at D = 32
   // that is 136-138 against 126-128 of the one-tile kernel, one CTA per SM
   // fewer, so it asks for the 4 CTAs per SM the one-tile kernel reaches (no
-  // spills with TMA copies, 8 bytes with cp.async).
-  static constexpr int kPersistentMinBlocksPerSm = kHeadDim == 32 ? 4 : kMinBlocksPerSm;
+  // spills with TMA copies, 8 bytes with cp.async). Elsewhere it asks for at
+  // most 4: capped for the D = 64 one-tile kernel's 5 it spills 48 bytes.
+  static constexpr int kPersistentMinBlocksPerSm = kHeadDim == 32 ? 4 : (kMinBlocksPerSm < 4 ? kMinBlocksPerSm : 4);
   // true: exponentials by ex2.approx.bf16x2 and row sums by an mma.sync
   // against ones (as FlashBf16Traits); false: fp32 ex2 and fp32 row sums
   // (no mma.sync between the warpgroups' wgmmas on the tensor pipe).
