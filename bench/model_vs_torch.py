@@ -864,24 +864,27 @@ def stage_means(before, after):
     return out
 
 
+def _stat_cpu(path):
+    """(name, user + system CPU seconds) from a /proc .../stat file."""
+    with open(path) as f:
+        text = f.read()
+    fields = text.rsplit(")", 1)[1].split()
+    return text[text.index("(") + 1:text.rindex(")")], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _process_cpu_seconds(pid):
     """User + system CPU seconds of a live process (its threads included), from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat_cpu(f"/proc/{pid}/stat")[1]
 
 
 def _thread_cpu_seconds(pid):
     """{thread id: (thread name, user + system CPU seconds)} of a live process, from /proc."""
-    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    out = {}
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                text = f.read()
+            out[task] = _stat_cpu(f"/proc/{pid}/task/{task}/stat")
         except OSError:
             continue  # the thread ended meanwhile
-        fields = text.rsplit(")", 1)[1].split()
-        out[task] = (text[text.index("(") + 1:text.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
     return out
 
 
