@@ -329,14 +329,26 @@ def dry_run(self_shapes, target_shapes, skip, seed):
 
 
 def load_lib(path):
+    """The C ABI; version 1 (a library before the token-count hints) still
+    loads, for A/B runs against an older build."""
     lib = ctypes.CDLL(path)
-    vp, i32, f32 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
+    vp, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
     lib.jagrank_last_error.restype = ctypes.c_char_p
-    lib.jagrank_jagged_self_attention.argtypes = [vp, vp, vp, vp, i32, vp, i32, i32, i32, i32, f32, vp]
+    lib.jagrank_c_api_version.restype = ctypes.c_int
+    lib.api_version = lib.jagrank_c_api_version()
+    if lib.api_version not in (1, 2):
+        raise RuntimeError(f"{path}: C ABI version {lib.api_version}, this script knows 1 and 2")
+    hint = [i64] if lib.api_version >= 2 else []
+    lib.jagrank_jagged_self_attention.argtypes = [vp, vp, vp, vp, i32, vp, i32, i32, i32, i32] + hint + [f32, vp]
     lib.jagrank_jagged_self_attention.restype = ctypes.c_int
-    lib.jagrank_jagged_target_attention.argtypes = [vp, vp, i32, vp, vp, i32, i32, i32, i32, f32, vp, vp]
+    lib.jagrank_jagged_target_attention.argtypes = [vp, vp, i32] + hint + [vp, vp, i32, i32, i32, i32, f32, vp, vp]
     lib.jagrank_jagged_target_attention.restype = ctypes.c_int
     return lib
+
+
+def token_hint(lib, count):
+    """The token-count argument of C ABI version 2 (none before it)."""
+    return (count,) if lib.api_version >= 2 else ()
 
 
 def check_rc(lib, rc):
@@ -350,7 +362,7 @@ def ours_self(lib, q, k, v, offsets, max_len, scale):
     stream = torch.cuda.current_stream().cuda_stream
     check_rc(lib, lib.jagrank_jagged_self_attention(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), DTYPE_BF16, offsets.data_ptr(),
-        offsets.numel() - 1, H, D, max_len, scale, stream))
+        offsets.numel() - 1, H, D, max_len, *token_hint(lib, T), scale, stream))
     return o
 
 
@@ -359,7 +371,7 @@ def ours_target(lib, q, q_offsets, max_q, z, k_offsets, max_k, scale):
     o = torch.empty_like(q)
     stream = torch.cuda.current_stream().cuda_stream
     check_rc(lib, lib.jagrank_jagged_target_attention(
-        q.data_ptr(), q_offsets.data_ptr(), max_q, z.data_ptr(), k_offsets.data_ptr(), max_k,
+        q.data_ptr(), q_offsets.data_ptr(), max_q, *token_hint(lib, C), z.data_ptr(), k_offsets.data_ptr(), max_k,
         q_offsets.numel() - 1, d, DTYPE_BF16, scale, o.data_ptr(), stream))
     return o
 

@@ -1011,6 +1011,7 @@ Status CudaFlash::SelfAttention(CudaPass* pass) {
   p.o_row_stride = d;
   p.q_offsets = p.k_offsets = padded_ ? pass->padded_offsets : pass->hist_offsets;
   p.max_q_len = p.max_k_len = N;
+  p.q_tokens_hint = rows;
   p.maybe_k_valid_len = padded_ ? pass->lengths : nullptr;
   RETURN_IF_ERROR(JaggedAttentionCuda(p, m.stream_.get()));
   m.Release(qkv_attn);
@@ -1045,6 +1046,7 @@ Status CudaFlash::TargetAttention(CudaPass* pass) {
   p.num_heads = 1;
   p.head_dim = d;
   p.max_q_len = pass->max_candidates;
+  p.q_tokens_hint = C;
   p.max_k_len = pass->max_history;
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.maybe_k_valid_len = padded_ ? pass->lengths : nullptr;

@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -553,9 +554,17 @@ TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
     params.o = d_o.get();
     params.q_offsets = params.k_offsets = static_cast<const int32_t*>(d_off.get());
 
+    // The automatic choice three times: no token count, the true one (this
+    // batch's fill, ~0.01: persistent), and a batch * max_q_len that claims
+    // full length (the grid where its kernel fits more CTAs per SM, D = 64).
+    // The count is a hint: every value must give the same bits.
+    const int64_t full = int64_t{params.batch} * params.max_q_len;
+    const std::pair<const char*, int64_t> runs[] = {{"persistent", 0}, {"persistent", 0}, {"grid", 0},
+                                                    {"auto", 0},       {"auto", tokens},  {"auto", full}};
     std::vector<std::vector<unsigned char>> outputs;
-    for (const char* schedule : {"persistent", "persistent", "grid", "auto"}) {
+    for (const auto& [schedule, hint] : runs) {
       ASSERT_EQ(setenv("JAGRANK_FLASH_SCHEDULE", schedule, 1), 0);
+      params.q_tokens_hint = hint;
       ASSERT_CUDA(cudaMemset(d_o.get(), 0xff, d_o.bytes()));
       const Status status = JaggedAttentionCuda(params, nullptr);
       ASSERT_TRUE(status.ok()) << status.ToString();
@@ -563,7 +572,7 @@ TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
       outputs.emplace_back(d_o.bytes());
       ASSERT_CUDA(cudaMemcpy(outputs.back().data(), d_o.get(), d_o.bytes(), cudaMemcpyDeviceToHost));
       EXPECT_EQ(testing::CountNonFinite(FromDeviceBytes(outputs.back(), DType::kBFloat16)), 0)
-          << schedule << ": unwritten (poisoned) rows";
+          << schedule << " (token count " << hint << "): unwritten (poisoned) rows";
     }
     // A value the launcher does not know fails the call, naming the variable.
     ASSERT_EQ(setenv("JAGRANK_FLASH_SCHEDULE", "Grid", 1), 0);
@@ -574,6 +583,8 @@ TEST_F(FlashAttentionGpuTest, PersistentTilesMatchTheGridLaunch) {
     EXPECT_EQ(outputs[0], outputs[1]) << "two persistent launches in a row differ";
     EXPECT_EQ(outputs[0], outputs[2]) << "the persistent and the grid launch differ";
     EXPECT_EQ(outputs[0], outputs[3]) << "the launcher's own choice differs";
+    EXPECT_EQ(outputs[0], outputs[4]) << "the launcher's choice with the token count differs";
+    EXPECT_EQ(outputs[0], outputs[5]) << "the launcher's choice with a full-length token count differs";
   }
 }
 
@@ -617,6 +628,7 @@ TEST(FlashAttentionArgsTest, BadFieldsAreNamed) {
       {"num_heads", [](AttentionParams* p) { p->num_heads = 0; }},
       {"batch", [](AttentionParams* p) { p->batch = -1; }},
       {"softmax_scale", [](AttentionParams* p) { p->softmax_scale = NAN; }},
+      {"q_tokens_hint", [](AttentionParams* p) { p->q_tokens_hint = -3; }},
       {"v must be 16-byte aligned",
        [](AttentionParams* p) { p->v = static_cast<const char*>(p->v) + 2; }},
   };

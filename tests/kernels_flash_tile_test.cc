@@ -85,6 +85,24 @@ TEST(FlashTileTest, WgmmaLongKeysTileOnlyForTargetAttentionOverLongHistories) {
   ExpectKernel(ChooseFlashKernel(kWgmma, 64, 1025, 2048), FlashArch::kSm90, false);
 }
 
+// 660 resident CTAs (132 SMs x 5): 8 waves are 5280 grid tiles.
+TEST(FlashTileTest, PersistentTilesFromEightWavesUnlessAFullBatchRunsMoreCtasOnTheGrid) {
+  constexpr int64_t kResident = 660;
+  constexpr double kUnknown = -1.0;
+  // Under 8 waves: one CTA per tile, whatever the fill.
+  EXPECT_FALSE(ChooseFlashPersistent(5279, kResident, false, kUnknown));
+  EXPECT_FALSE(ChooseFlashPersistent(5279, kResident, true, 0.01));
+  // From 8 waves with the same CTAs per SM in both kernels: persistent, full or not.
+  EXPECT_TRUE(ChooseFlashPersistent(5280, kResident, false, kUnknown));
+  EXPECT_TRUE(ChooseFlashPersistent(5280, kResident, false, 1.0));
+  // The grid's kernel fits more CTAs per SM: the grid at fills from 0.1,
+  // persistent below it and when the caller gave no token count.
+  EXPECT_FALSE(ChooseFlashPersistent(16384, kResident, true, 1.0));
+  EXPECT_FALSE(ChooseFlashPersistent(16384, kResident, true, kFlashGridMinFill));
+  EXPECT_TRUE(ChooseFlashPersistent(16384, kResident, true, 0.09));
+  EXPECT_TRUE(ChooseFlashPersistent(16384, kResident, true, kUnknown));
+}
+
 }  // namespace
 }  // namespace flash
 }  // namespace jagrank

@@ -1034,7 +1034,7 @@ TEST_F(KernelsGpuTest, CAbiSelfAttentionMatchesCpu) {
       const int rc = jagrank_jagged_self_attention(
           q.device(), k.device(), v.device(), o.device(),
           dtype == DType::kFloat32 ? JAGRANK_DTYPE_FLOAT32 : JAGRANK_DTYPE_BFLOAT16, d_offsets.data(), batch, heads,
-          head_dim, max_len, scale, stream_);
+          head_dim, max_len, offsets.back(), scale, stream_);
       ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
       Sync();
       const auto got = o.ToHostFloat();
@@ -1075,7 +1075,7 @@ TEST_F(KernelsGpuTest, CAbiTargetAttentionMatchesCpu) {
     const DeviceArray<int32_t> d_candidates(candidate_offsets), d_history(history_offsets);
     Output o(expected.size(), dtype);
     const int rc = jagrank_jagged_target_attention(
-        q.device(), d_candidates.data(), 40, z.device(), d_history.data(), 500, batch, dim,
+        q.device(), d_candidates.data(), 40, candidate_offsets.back(), z.device(), d_history.data(), 500, batch, dim,
         dtype == DType::kFloat32 ? JAGRANK_DTYPE_FLOAT32 : JAGRANK_DTYPE_BFLOAT16, scale, o.device(), stream_);
     ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
     Sync();
@@ -1130,7 +1130,7 @@ TEST_F(KernelsGpuTest, CAbiNullPointersOfEmptyTensorsOnDevice) {
     const Operand q(RandomFloats(rng, 5 * dim), dtype);
     Output o(5 * dim, dtype);
     const int rc = jagrank_jagged_target_attention(
-        q.device(), d_candidates.data(), 3, nullptr, d_history.data(), 0, batch, dim,
+        q.device(), d_candidates.data(), 3, 0, nullptr, d_history.data(), 0, batch, dim,
         dtype == DType::kFloat32 ? JAGRANK_DTYPE_FLOAT32 : JAGRANK_DTYPE_BFLOAT16, 0.125f, o.device(), stream_);
     ASSERT_EQ(rc, JAGRANK_OK) << jagrank_last_error();
     Sync();
@@ -1401,9 +1401,19 @@ TEST(KernelsGpuArgumentsTest, CAbiReportsCodeAndMessage) {
   rc = jagrank_embedding_bag(nullptr, offsets, 1, dummy, 5, 10, 4, dummy, nullptr);
   EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jagrank_last_error()).find("table_dtype"), std::string::npos) << jagrank_last_error();
-  rc = jagrank_jagged_self_attention(dummy, dummy, dummy, dummy, 9, offsets, 1, 1, 32, 1, 1.0f, nullptr);
+  rc = jagrank_jagged_self_attention(dummy, dummy, dummy, dummy, 9, offsets, 1, 1, 32, 1, 0, 1.0f, nullptr);
   EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jagrank_last_error()).find("dtype"), std::string::npos) << jagrank_last_error();
+  // The token counts are schedule hints, but a negative one is a caller's bug.
+  rc = jagrank_jagged_self_attention(dummy, dummy, dummy, dummy, JAGRANK_DTYPE_BFLOAT16, offsets, 1, 1, 32, 1, -1,
+                                     1.0f, nullptr);
+  EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("total_len = -1"), std::string::npos) << jagrank_last_error();
+  rc = jagrank_jagged_target_attention(dummy, offsets, 1, -5, dummy, offsets, 1, 1, 32, JAGRANK_DTYPE_BFLOAT16, 1.0f,
+                                       dummy, nullptr);
+  EXPECT_EQ(rc, JAGRANK_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(jagrank_last_error()).find("total_candidates = -5"), std::string::npos)
+      << jagrank_last_error();
 }
 
 // Where nothing would be read or written (no sequences, no tokens, no
@@ -1414,20 +1424,20 @@ TEST(KernelsGpuArgumentsTest, CAbiAcceptsNullPointersOfEmptyTensors) {
   const int32_t offsets[4] = {0, 0, 0, 0};  // device-side in real use; never read on the host
   alignas(16) static const uint16_t z[64] = {};
   EXPECT_EQ(jagrank_jagged_self_attention(nullptr, nullptr, nullptr, nullptr, JAGRANK_DTYPE_BFLOAT16, nullptr, 0, 2,
-                                          64, 0, 0.125f, nullptr),
+                                          64, 0, 0, 0.125f, nullptr),
             JAGRANK_OK)
       << jagrank_last_error();
   // Three empty sequences: zero tokens.
   EXPECT_EQ(jagrank_jagged_self_attention(nullptr, nullptr, nullptr, nullptr, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 2,
-                                          64, 0, 0.125f, nullptr),
+                                          64, 0, 0, 0.125f, nullptr),
             JAGRANK_OK)
       << jagrank_last_error();
   // Zero candidates, over a history or none.
-  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, z, offsets, 1, 3, 64, JAGRANK_DTYPE_BFLOAT16, 0.125f,
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, 0, z, offsets, 1, 3, 64, JAGRANK_DTYPE_BFLOAT16, 0.125f,
                                             nullptr, nullptr),
             JAGRANK_OK)
       << jagrank_last_error();
-  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, nullptr, offsets, 0, 3, 64, JAGRANK_DTYPE_FLOAT32,
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, 0, nullptr, offsets, 0, 3, 64, JAGRANK_DTYPE_FLOAT32,
                                             0.125f, nullptr, nullptr),
             JAGRANK_OK)
       << jagrank_last_error();
@@ -1437,11 +1447,11 @@ TEST(KernelsGpuArgumentsTest, CAbiAcceptsNullPointersOfEmptyTensors) {
 
   // Tokens may exist (max_len > 0): q must be there.
   EXPECT_EQ(jagrank_jagged_self_attention(nullptr, z, z, const_cast<uint16_t*>(z), JAGRANK_DTYPE_BFLOAT16, offsets, 3,
-                                          1, 32, 2, 0.125f, nullptr),
+                                          1, 32, 2, 0, 0.125f, nullptr),
             JAGRANK_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jagrank_last_error()).find("q is null"), std::string::npos) << jagrank_last_error();
   // Candidates and a history may exist: z must be there, named as the C ABI names it.
-  EXPECT_EQ(jagrank_jagged_target_attention(z, offsets, 2, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16, 0.125f,
+  EXPECT_EQ(jagrank_jagged_target_attention(z, offsets, 2, 0, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16, 0.125f,
                                             const_cast<uint16_t*>(z), nullptr),
             JAGRANK_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(jagrank_last_error()).find("z is null"), std::string::npos) << jagrank_last_error();
@@ -1459,29 +1469,29 @@ TEST(KernelsGpuArgumentsTest, CAbiRejectsNullPointersThatWouldBeUsed) {
   };
   // Three sequences need four offsets, even when every one is empty.
   expect_null_named(jagrank_jagged_self_attention(nullptr, nullptr, nullptr, nullptr, JAGRANK_DTYPE_BFLOAT16, nullptr,
-                                                  3, 2, 64, 0, 0.125f, nullptr),
+                                                  3, 2, 64, 0, 0, 0.125f, nullptr),
                     "offsets");
   // Tokens may exist (max_len > 0): each of k, v, o is needed.
-  expect_null_named(jagrank_jagged_self_attention(z, nullptr, z, z, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 1, 32, 2,
+  expect_null_named(jagrank_jagged_self_attention(z, nullptr, z, z, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 1, 32, 2, 0,
                                                   0.125f, nullptr),
                     "k");
-  expect_null_named(jagrank_jagged_self_attention(z, z, nullptr, z, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 1, 32, 2,
+  expect_null_named(jagrank_jagged_self_attention(z, z, nullptr, z, JAGRANK_DTYPE_BFLOAT16, offsets, 3, 1, 32, 2, 0,
                                                   0.125f, nullptr),
                     "v");
-  expect_null_named(jagrank_jagged_self_attention(z, z, z, nullptr, JAGRANK_DTYPE_FLOAT32, offsets, 3, 1, 32, 2,
+  expect_null_named(jagrank_jagged_self_attention(z, z, z, nullptr, JAGRANK_DTYPE_FLOAT32, offsets, 3, 1, 32, 2, 0,
                                                   0.125f, nullptr),
                     "o");
   // Target attention: both offsets arrays whenever batch > 0; q and o when candidates may exist.
-  expect_null_named(jagrank_jagged_target_attention(nullptr, nullptr, 0, nullptr, offsets, 0, 3, 64,
+  expect_null_named(jagrank_jagged_target_attention(nullptr, nullptr, 0, 0, nullptr, offsets, 0, 3, 64,
                                                     JAGRANK_DTYPE_BFLOAT16, 0.125f, nullptr, nullptr),
                     "candidate_offsets");
-  expect_null_named(jagrank_jagged_target_attention(nullptr, offsets, 0, nullptr, nullptr, 0, 3, 64,
+  expect_null_named(jagrank_jagged_target_attention(nullptr, offsets, 0, 0, nullptr, nullptr, 0, 3, 64,
                                                     JAGRANK_DTYPE_BFLOAT16, 0.125f, nullptr, nullptr),
                     "history_offsets");
-  expect_null_named(jagrank_jagged_target_attention(nullptr, offsets, 2, z, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
+  expect_null_named(jagrank_jagged_target_attention(nullptr, offsets, 2, 0, z, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
                                                     0.125f, z, nullptr),
                     "q");
-  expect_null_named(jagrank_jagged_target_attention(z, offsets, 2, z, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
+  expect_null_named(jagrank_jagged_target_attention(z, offsets, 2, 0, z, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
                                                     0.125f, nullptr, nullptr),
                     "o");
   EXPECT_EQ(jagrank_embedding_bag(nullptr, nullptr, 2, z, JAGRANK_DTYPE_BFLOAT16, 64, 8, nullptr, nullptr),
@@ -1491,11 +1501,11 @@ TEST(KernelsGpuArgumentsTest, CAbiRejectsNullPointersThatWouldBeUsed) {
   // The empty cases next to them stay accepted: no history at all (z unread,
   // candidate rows would be zeros but there are none), and candidates over
   // histories that are all empty, where z is never read.
-  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, offsets, 0, 0, nullptr, offsets, 4, 3, 32, JAGRANK_DTYPE_BFLOAT16,
                                             0.125f, nullptr, nullptr),
             JAGRANK_OK)
       << jagrank_last_error();
-  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, nullptr, 2, nullptr, nullptr, 0, 0, 32, JAGRANK_DTYPE_BFLOAT16,
+  EXPECT_EQ(jagrank_jagged_target_attention(nullptr, nullptr, 2, 0, nullptr, nullptr, 0, 0, 32, JAGRANK_DTYPE_BFLOAT16,
                                             0.125f, nullptr, nullptr),
             JAGRANK_OK)
       << jagrank_last_error();

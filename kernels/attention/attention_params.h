@@ -47,6 +47,9 @@ struct AttentionParams {
   int max_k_len;                  // >= every key length in the batch
   float softmax_scale;            // usually 1/sqrt(head_dim)
   const int32_t* maybe_k_valid_len;  // optional [batch]: keys at position >= it are masked
+  int64_t q_tokens_hint;          // Tq when the caller knows it on the host, 0 if not: CUDA reads it as the
+                                  // batch's fill to pick the launch schedule (flash_tile_size.h); any value
+                                  // gives the same output
   int num_threads;                // CPU only: most threads incl. the caller's (workers from CpuThreadPool::Shared()),
                                   // 0 = hardware concurrency; small batches use fewer
 };

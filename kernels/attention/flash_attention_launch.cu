@@ -45,6 +45,10 @@ Status ValidateParams(const AttentionParams& params) {
   if (params.max_q_len < 0 || params.max_k_len < 0) {
     return Status::InvalidArgument("max_q_len / max_k_len must be >= 0");
   }
+  if (params.q_tokens_hint < 0) {
+    return Status::InvalidArgument("q_tokens_hint " + std::to_string(params.q_tokens_hint) +
+                                   " < 0 (the query token count, or 0 if unknown)");
+  }
   if (!(params.softmax_scale >= 0.f) || !std::isfinite(params.softmax_scale)) {
     return Status::InvalidArgument("softmax_scale must be finite and >= 0 for the CUDA attention");
   }

@@ -49,7 +49,7 @@ Status LaunchWithLongestFirstOrder(const AttentionParams& params, cudaStream_t s
 
 // How the wgmma kernel's CTAs find their tiles, from JAGRANK_FLASH_SCHEDULE
 // (read per launch, for same-process A/B runs): unset or "auto" lets the
-// launcher choose (flash_wgmma_launch.cuh, kPersistentMinWaves), "grid"
+// launcher choose (ChooseFlashPersistent in flash_tile_size.h), "grid"
 // keeps one CTA per FlashGrid tile, "persistent" runs persistent CTAs over
 // the longest-first tile list wherever the list fits the workspace. Any
 // other value is INVALID_ARGUMENT, so a misspelt A/B run fails instead of

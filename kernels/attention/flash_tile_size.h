@@ -139,6 +139,36 @@ inline FlashKernel ChooseFlashKernel(bool wgmma_available, int head_dim, int max
   return {FlashArch::kSm80, long_keys && FlashHasLongKeysTile(FlashArch::kSm80, head_dim)};
 }
 
+// How a wgmma launch finds its tiles: one CTA per FlashGrid tile, or
+// persistent CTAs (as many as are resident at once) over the list of the
+// tiles that have rows, longest first (flash_wgmma_kernel.cuh).
+//
+// A grid of under kFlashPersistentMinWaves waves launches few empty tiles,
+// and there the persistent loop measured slower (one H100, same process,
+// device time: target attention over log-normal histories, 4-5 waves, 0.029
+// vs 0.023 ms at Lmax 1024, 0.072 vs 0.058 at Lmax 4096). Above it the
+// persistent CTAs win where most grid tiles are empty (heavy tails: Zipf
+// s = 1.5 to 8192 0.52-0.60 vs 0.80-0.83 ms, Pareto 0.78-0.84 vs 1.09-1.17 at
+// D = 64). Where the one-tile kernel fits more CTAs per SM than the
+// persistent one (D = 64: 5 against 4) and at least kFlashGridMinFill of
+// the grid's rows are tokens, the grid wins instead: full length B = 128
+// N = 4096 5.54-5.59 vs 6.06-6.13 ms, B = 1024 N = 1024 2.87-3.09 vs
+// 3.26-3.47, uniform fill 0.5 0.38 vs 0.41-0.42, log-normal (fill 0.2)
+// 0.85-1.00x the persistent time; at fills of 0.05-0.06 (Zipf s = 1.1-1.2)
+// the two measured alike.
+//
+// grid_tiles: FlashGrid's tiles; resident: persistent CTAs resident at
+// once; grid_fits_more_ctas: the one-tile kernel's CTAs per SM exceed the
+// persistent kernel's; fill: query tokens over batch * max_q_len, negative
+// when the caller did not say (AttentionParams::q_tokens_hint).
+inline constexpr int kFlashPersistentMinWaves = 8;
+inline constexpr double kFlashGridMinFill = 0.1;
+
+inline bool ChooseFlashPersistent(int64_t grid_tiles, int64_t resident, bool grid_fits_more_ctas, double fill) {
+  if (grid_tiles < int64_t{kFlashPersistentMinWaves} * resident) return false;
+  return !(grid_fits_more_ctas && fill >= kFlashGridMinFill);
+}
+
 }  // namespace flash
 }  // namespace jagrank
 

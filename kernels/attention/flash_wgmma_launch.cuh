@@ -65,17 +65,8 @@ Status LaunchFlashWgmmaTiles(const AttentionParams& params, cudaStream_t stream,
   return CudaLaunchStatus(Traits::kKernelName);
 }
 
-// Waves of FlashGrid tiles (over the CTAs resident at once) from which the
-// automatic schedule runs persistent CTAs over the tile list. A grid of a
-// few waves launches few empty tiles, and there the persistent loop measured
-// slower (one H100, same process, device time: target attention over
-// log-normal histories, 4-5 waves, 0.029 vs 0.023 ms at Lmax 1024, 0.072 vs
-// 0.058 at Lmax 4096). From 15 waves up it measured 0.94-1.02x the grid
-// launch's speed at full length (15-124 waves) and 1.10-1.77x on
-// heavy-tailed self-attention (250-1000 waves).
-constexpr int kPersistentMinWaves = 8;
-
-// Whether this launch runs persistent CTAs (the tile list is then built).
+// Whether this launch runs persistent CTAs (the tile list is then built):
+// JAGRANK_FLASH_SCHEDULE, else ChooseFlashPersistent (flash_tile_size.h).
 template <typename Traits>
 Status UsePersistentTiles(const AttentionParams& params, bool* persistent) {
   FlashScheduleMode mode = FlashScheduleMode::kAuto;
@@ -85,8 +76,10 @@ Status UsePersistentTiles(const AttentionParams& params, bool* persistent) {
   int resident = 0;
   RETURN_IF_ERROR(
       ResidentCtas<Traits>(reinterpret_cast<const void*>(&FlashAttentionWgmmaKernel<Traits, true>), &resident));
-  *persistent = static_cast<int64_t>(FlashGrid(params, Traits::kBlockM).x) >=
-                static_cast<int64_t>(kPersistentMinWaves) * resident;
+  const int64_t rows = static_cast<int64_t>(params.batch) * params.max_q_len;
+  const double fill = params.q_tokens_hint > 0 && rows > 0 ? static_cast<double>(params.q_tokens_hint) / rows : -1.0;
+  *persistent = ChooseFlashPersistent(static_cast<int64_t>(FlashGrid(params, Traits::kBlockM).x), resident,
+                                      Traits::kMinBlocksPerSm > Traits::kPersistentMinBlocksPerSm, fill);
   return Status::Ok();
 }
 

@@ -74,6 +74,15 @@ Status CheckOffsets(const int32_t* offsets, int32_t batch, const char* argument)
   return Status::Ok();
 }
 
+// A token count passed as a schedule hint: 0 (unknown) or the count.
+Status CheckTokenHint(int64_t hint, const char* argument) {
+  if (hint < 0) {
+    return Status::InvalidArgument(std::string(argument) + " = " + std::to_string(hint) +
+                                   " is negative (pass the token count, or 0 if unknown)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace jagrank
 
@@ -102,11 +111,13 @@ int jagrank_embedding_bag(const int64_t* ids, const int32_t* offsets, int32_t ba
 
 int jagrank_jagged_self_attention(const void* q, const void* k, const void* v, void* o, int32_t dtype,
                                   const int32_t* offsets, int32_t batch, int32_t num_heads, int32_t head_dim,
-                                  int32_t max_len, float softmax_scale, struct CUstream_st* stream) {
+                                  int32_t max_len, int64_t total_len, float softmax_scale,
+                                  struct CUstream_st* stream) {
   return jagrank::Call("jagrank_jagged_self_attention", [&] {
     jagrank::AttentionParams params = {};
     RETURN_IF_ERROR(jagrank::ToDType(dtype, "dtype", &params.dtype));
     RETURN_IF_ERROR(jagrank::CheckOffsets(offsets, batch, "offsets"));
+    RETURN_IF_ERROR(jagrank::CheckTokenHint(total_len, "total_len"));
     jagrank::SetContiguousAttention(q, k, v, o, int64_t{num_heads} * head_dim, &params);
     params.q_offsets = offsets;
     params.k_offsets = offsets;
@@ -115,20 +126,22 @@ int jagrank_jagged_self_attention(const void* q, const void* k, const void* v, v
     params.head_dim = head_dim;
     params.max_q_len = max_len;
     params.max_k_len = max_len;
+    params.q_tokens_hint = total_len;
     params.softmax_scale = softmax_scale;
     return jagrank::JaggedAttentionCuda(params, stream);
   });
 }
 
 int jagrank_jagged_target_attention(const void* q, const int32_t* candidate_offsets, int32_t max_candidates,
-                                    const void* z, const int32_t* history_offsets, int32_t max_history_len,
-                                    int32_t batch, int32_t dim, int32_t dtype, float softmax_scale, void* o,
-                                    struct CUstream_st* stream) {
+                                    int64_t total_candidates, const void* z, const int32_t* history_offsets,
+                                    int32_t max_history_len, int32_t batch, int32_t dim, int32_t dtype,
+                                    float softmax_scale, void* o, struct CUstream_st* stream) {
   return jagrank::Call("jagrank_jagged_target_attention", [&] {
     jagrank::AttentionParams params = {};
     RETURN_IF_ERROR(jagrank::ToDType(dtype, "dtype", &params.dtype));
     RETURN_IF_ERROR(jagrank::CheckOffsets(candidate_offsets, batch, "candidate_offsets"));
     RETURN_IF_ERROR(jagrank::CheckOffsets(history_offsets, batch, "history_offsets"));
+    RETURN_IF_ERROR(jagrank::CheckTokenHint(total_candidates, "total_candidates"));
     // z is read (as keys and values) only when some candidate meets some history.
     if (z == nullptr && batch > 0 && max_candidates > 0 && max_history_len > 0) {
       return jagrank::Status::InvalidArgument("z is null (max_candidates and max_history_len > 0)");
@@ -141,6 +154,7 @@ int jagrank_jagged_target_attention(const void* q, const int32_t* candidate_offs
     params.head_dim = dim;
     params.max_q_len = max_candidates;
     params.max_k_len = max_history_len;
+    params.q_tokens_hint = total_candidates;
     params.softmax_scale = softmax_scale;
     return jagrank::JaggedAttentionCuda(params, stream);
   });

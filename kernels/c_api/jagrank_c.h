@@ -54,7 +54,7 @@ extern "C" {
 #endif
 
 /* Bumped when a signature below changes. */
-#define JAGRANK_C_API_VERSION 1
+#define JAGRANK_C_API_VERSION 2
 
 /* Return codes (they mirror jagrank::Status::Code). */
 enum {
@@ -91,11 +91,15 @@ JAGRANK_C_EXPORT int jagrank_embedding_bag(const int64_t* ids, const int32_t* of
  * offsets[b] .. offsets[b+1]-1), head h, o = softmax(scale q k^T) v.
  *   q, k, v, o: [T, num_heads, head_dim] of dtype, contiguous (row stride
  *   num_heads * head_dim), T = offsets[batch]; max_len >= every length;
- *   softmax_scale usually 1/sqrt(head_dim). head_dim 32, 64 or 128. */
+ *   softmax_scale usually 1/sqrt(head_dim). head_dim 32, 64 or 128.
+ *   total_len: T (q.shape[0]) where the caller knows it, 0 if not. A hint:
+ *   the kernel's launch schedule follows the batch's fill (T over
+ *   batch * max_len); every value gives the same output. */
 JAGRANK_C_EXPORT int jagrank_jagged_self_attention(const void* q, const void* k, const void* v, void* o,
                                                    int32_t dtype, const int32_t* offsets, int32_t batch,
                                                    int32_t num_heads, int32_t head_dim, int32_t max_len,
-                                                   float softmax_scale, struct CUstream_st* stream);
+                                                   int64_t total_len, float softmax_scale,
+                                                   struct CUstream_st* stream);
 
 /* Jagged target attention, one head: candidate c of request b attends over
  * b's history: o[c] = sum_j softmax_j(scale q[c] . z[j]) z[j]; a request with
@@ -103,9 +107,12 @@ JAGRANK_C_EXPORT int jagrank_jagged_self_attention(const void* q, const void* k,
  *   q, o: [C, dim] of dtype, contiguous, jagged over candidate_offsets [batch+1];
  *   z: [T, dim] of dtype (keys = values), jagged over history_offsets [batch+1];
  *   max_candidates / max_history_len bound the per-request lengths;
- *   softmax_scale usually 1/sqrt(dim). dim 32, 64 or 128. */
+ *   softmax_scale usually 1/sqrt(dim). dim 32, 64 or 128.
+ *   total_candidates: C where the caller knows it, 0 if not; a hint like
+ *   self-attention's total_len. */
 JAGRANK_C_EXPORT int jagrank_jagged_target_attention(const void* q, const int32_t* candidate_offsets,
-                                                     int32_t max_candidates, const void* z,
+                                                     int32_t max_candidates, int64_t total_candidates,
+                                                     const void* z,
                                                      const int32_t* history_offsets, int32_t max_history_len,
                                                      int32_t batch, int32_t dim, int32_t dtype,
                                                      float softmax_scale, void* o, struct CUstream_st* stream);
