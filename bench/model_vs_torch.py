@@ -833,7 +833,8 @@ def _scrape(port):
 
 
 STAGE_HISTOGRAMS = {"request_ms": "jagrank_request_latency_seconds", "queue_ms": "jagrank_queue_latency_seconds",
-                    "assemble_ms": "jagrank_batch_assemble_seconds", "compute_ms": "jagrank_compute_latency_seconds",
+                    "assemble_ms": "jagrank_batch_assemble_seconds", "launch_ms": "jagrank_batch_launch_seconds",
+                    "compute_ms": "jagrank_compute_latency_seconds",
                     "send_ms": "jagrank_response_send_seconds", "requests_per_batch": "jagrank_batch_requests"}
 
 

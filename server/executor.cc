@@ -280,9 +280,12 @@ bool Executor::Launch(Work* work) {
   }
   work->timings = ForwardTimings();
   work->launched = false;
+  work->launch_seconds = 0;
   if (work->status.ok()) {
+    const Clock::time_point start = Clock::now();
     work->status = ModelOf(*work)->Launch(work->slot);
     work->launched = work->status.ok();
+    work->launch_seconds = SecondsSince(start);
   }
   return true;
 }
@@ -304,6 +307,7 @@ void Executor::Finish(Work* work, Clock::time_point previous_done) {
   stats.history_tokens = work->batch.num_history_tokens();
   stats.padded_history_tokens = work->padded_history_tokens;
   stats.assemble_seconds = work->assemble_seconds;
+  stats.launch_seconds = work->launch_seconds;
   stats.h2d_seconds = work->timings.h2d_seconds;
   stats.compute_seconds = compute_seconds;
   stats.d2h_seconds = work->timings.d2h_seconds;

@@ -88,6 +88,7 @@ class Executor {
     Status status;                // of Stage, then of Launch and Wait
     bool launched = false;        // Launch succeeded, Wait not yet called
     Clock::time_point launched_at;
+    double launch_seconds = 0;    // host time in the model's Launch
     std::vector<float> scores;    // [C] when status is OK
     ForwardTimings timings;       // of Wait
     size_t claimed = 0;   // requests handed to completion threads so far; guarded by mu_

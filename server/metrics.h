@@ -19,6 +19,8 @@ struct BatchStats {
   int64_t padded_history_tokens = 0;  // R * max L: what padding would have held
   double assemble_seconds = 0;   // host batch assembly
   double h2d_seconds = 0;        // host-to-device copies (0 on CPU)
+  double launch_seconds = 0;     // host time enqueuing the forward (CUDA: the kernel launches; CPU: ~0, the
+                                 // forward runs while the executor waits for it)
   double compute_seconds = 0;    // model forward (device time on GPU)
   double d2h_seconds = 0;        // device-to-host copies (0 on CPU)
 };

@@ -195,6 +195,9 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     response_send_latency_ = &LatencyHistogram(
         "jagrank_response_send_seconds", "Time from handing a Rank reply to gRPC until gRPC reported it sent");
     assemble_latency_ = &LatencyHistogram("jagrank_batch_assemble_seconds", "Host batch assembly time per batch");
+    launch_latency_ = &LatencyHistogram(
+        "jagrank_batch_launch_seconds",
+        "Host time enqueuing a batch's forward per batch (CUDA: its kernel launches; near 0 on CPU)");
     h2d_latency_ = &LatencyHistogram("jagrank_h2d_seconds", "Host-to-device copy time per batch (0 on CPU)");
     d2h_latency_ = &LatencyHistogram("jagrank_d2h_seconds", "Device-to-host copy time per batch (0 on CPU)");
 
@@ -295,6 +298,7 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
     batch_history_tokens_->Observe(static_cast<double>(stats.history_tokens));
     batch_padded_history_tokens_->Observe(static_cast<double>(stats.padded_history_tokens));
     assemble_latency_->Observe(stats.assemble_seconds);
+    launch_latency_->Observe(stats.launch_seconds);
     h2d_latency_->Observe(stats.h2d_seconds);
     compute_latency_->Observe(stats.compute_seconds);
     d2h_latency_->Observe(stats.d2h_seconds);
@@ -373,6 +377,7 @@ class PrometheusMetricsImpl final : public PrometheusMetrics {
   Histogram* compute_latency_ = nullptr;
   Histogram* response_send_latency_ = nullptr;
   Histogram* assemble_latency_ = nullptr;
+  Histogram* launch_latency_ = nullptr;
   Histogram* h2d_latency_ = nullptr;
   Histogram* d2h_latency_ = nullptr;
   Histogram* batch_requests_ = nullptr;

@@ -114,6 +114,7 @@ TEST(PrometheusMetricsTest, ReportsExactlyTheEventsFed) {
   batch.history_tokens = 100;
   batch.padded_history_tokens = 160;
   batch.assemble_seconds = 0.0001;
+  batch.launch_seconds = 0.0003;
   batch.compute_seconds = 0.002;
   metrics->OnBatch(batch);
   batch.requests = 3;
@@ -173,6 +174,8 @@ TEST(PrometheusMetricsTest, ReportsExactlyTheEventsFed) {
   EXPECT_EQ(Value(s, "jagrank_compute_latency_seconds_count"), 2);
   EXPECT_NEAR(Value(s, "jagrank_compute_latency_seconds_sum"), 0.004, 1e-12);
   EXPECT_NEAR(Value(s, "jagrank_batch_assemble_seconds_sum"), 0.0002, 1e-12);
+  EXPECT_EQ(Value(s, "jagrank_batch_launch_seconds_count"), 2);
+  EXPECT_NEAR(Value(s, "jagrank_batch_launch_seconds_sum"), 0.0006, 1e-12);
 
   EXPECT_EQ(Value(s, "jagrank_queue_depth"), 5);
   EXPECT_EQ(Value(s, "jagrank_inflight_requests"), 2);

@@ -357,13 +357,17 @@ TEST_F(ServerFixture, MetricsCountExactlyTheTrafficSent) {
   EXPECT_GE(batches, 1);
   EXPECT_LE(batches, sent.ok);
   for (const char* h : {"jagrank_batch_requests", "jagrank_batch_candidates", "jagrank_batch_history_tokens",
-                        "jagrank_compute_latency_seconds"}) {
+                        "jagrank_compute_latency_seconds", "jagrank_batch_launch_seconds"}) {
     EXPECT_EQ(delta(std::string(h) + "_count"), batches) << h;
   }
+  // The CPU backend launches and waits for one batch at a time, so each
+  // launch lies inside its batch's compute time (timed from the launch).
+  EXPECT_GT(delta("jagrank_batch_launch_seconds_sum"), 0);
+  EXPECT_LE(delta("jagrank_batch_launch_seconds_sum"), delta("jagrank_compute_latency_seconds_sum"));
   for (const char* h : {"jagrank_batch_requests", "jagrank_batch_candidates", "jagrank_batch_history_tokens",
                         "jagrank_batch_padded_history_tokens", "jagrank_request_latency_seconds",
                         "jagrank_queue_latency_seconds", "jagrank_compute_latency_seconds",
-                        "jagrank_response_send_seconds"}) {
+                        "jagrank_batch_launch_seconds", "jagrank_response_send_seconds"}) {
     ExpectConsistentHistogram(after, h);
   }
   // Memory: the weights and the process are real; a CPU server has no device.
